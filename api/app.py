@@ -1,0 +1,94 @@
+"""The Flask application factory: read API, health, metrics and the web page."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from flask import Flask, current_app, g, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from api.metrics import Metrics
+from api.snapshots import SnapshotStore
+from toplist.config import Config
+from toplist.engine import connect
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(HTTPException):
+    """An error with a machine-readable code, rendered as {"error": {"code", "message"}}."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(description=message)
+        self.code = status
+        self.error_code = code
+
+
+@dataclass
+class Toplist:
+    """What the request handlers share: configuration, the snapshot cache, the metrics."""
+
+    config: Config
+    store: SnapshotStore
+    metrics: Metrics = field(default_factory=Metrics)
+
+
+def toplist() -> Toplist:
+    return current_app.extensions["toplist"]
+
+
+def create_app(
+    config: Config | None = None,
+    store: SnapshotStore | None = None,
+    metrics: Metrics | None = None,
+) -> Flask:
+    config = config or Config.from_env()
+    store = store or SnapshotStore(
+        lambda: connect(config), config.database, poll_seconds=config.cache_poll_seconds
+    )
+    app = Flask(__name__)
+    app.json.sort_keys = False
+    app.extensions["toplist"] = Toplist(config, store, metrics or Metrics())
+
+    from api.charts import charts
+    from api.health import health
+    from api.web import web
+
+    app.register_blueprint(charts)
+    app.register_blueprint(health)
+    app.register_blueprint(web)
+
+    @app.before_request
+    def start_timer() -> None:
+        g.started = time.perf_counter()
+
+    @app.after_request
+    def observe(response):  # type: ignore[no-untyped-def]
+        endpoint = request.url_rule.rule if request.url_rule else "unmatched"
+        started = g.get("started", time.perf_counter())
+        toplist().metrics.observe_request(
+            endpoint, response.status_code, time.perf_counter() - started
+        )
+        return response
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException):  # type: ignore[no-untyped-def]
+        code = getattr(error, "error_code", None) or (error.name or "error").lower().replace(
+            " ", "_"
+        )
+        response = jsonify({"error": {"code": code, "message": error.description}})
+        response.status_code = error.code or 500
+        return response
+
+    @app.errorhandler(Exception)
+    def unexpected_error(error: Exception):  # type: ignore[no-untyped-def]
+        log.exception("unhandled error serving %s", request.path)
+        response = jsonify(
+            {"error": {"code": "internal_error", "message": "internal error; see the server log"}}
+        )
+        response.status_code = 500
+        return response
+
+    return app

@@ -1,0 +1,118 @@
+"""GET /v1/charts/<scope> and GET /v1/charts/<scope>/songs/<song_id> (DESIGN.md "Read API")."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from flask import Blueprint, jsonify, request
+
+from api.app import ApiError, toplist
+from api.publisher import Snapshot, iso
+from toplist.config import WINDOWS
+
+charts = Blueprint("charts", __name__)
+
+_SCOPE = re.compile(r"^(?:[A-Z]{2}|global)$")
+_DIGITS = re.compile(r"^[0-9]{1,7}$")
+
+
+def _scope(scope: str) -> str:
+    if not _SCOPE.match(scope):
+        raise ApiError(
+            400,
+            "invalid_scope",
+            f"scope must be an upper-case ISO 3166-1 alpha-2 country code or 'global',"
+            f" got {scope!r}",
+        )
+    return scope
+
+
+def _window() -> str:
+    window = request.args.get("window", "24h")
+    if window not in WINDOWS:
+        raise ApiError(
+            400, "invalid_window", f"window must be one of {', '.join(WINDOWS)}, got {window!r}"
+        )
+    return window
+
+
+def _k() -> int:
+    config = toplist().config
+    raw = request.args.get("k")
+    if raw is None:
+        return config.default_k
+    if not _DIGITS.match(raw) or not 1 <= int(raw) <= config.k_max:
+        raise ApiError(
+            400, "invalid_k", f"k must be an integer from 1 to {config.k_max}, got {raw!r}"
+        )
+    return int(raw)
+
+
+def _snapshot() -> Snapshot:
+    snapshot = toplist().store.current()
+    if snapshot is None:
+        raise ApiError(
+            503,
+            "no_snapshot",
+            "no snapshot has been published yet; charts appear after the first publication",
+        )
+    return snapshot
+
+
+def snapshot_header(snapshot: Snapshot) -> dict[str, object]:
+    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
+    return {
+        "as_of": iso(snapshot.as_of),
+        "snapshot_id": snapshot.snapshot_id,
+        "policy": snapshot.policy,
+        "published_at": iso(snapshot.published_at),
+        "stale": age > toplist().config.stale_after_seconds,
+    }
+
+
+@charts.get("/v1/charts/<scope>")
+def chart(scope: str):  # type: ignore[no-untyped-def]
+    scope, window, k = _scope(scope), _window(), _k()
+    snapshot = _snapshot()
+    board = toplist().store.board(snapshot, window, scope)
+    return jsonify(
+        {
+            "scope": scope,
+            "window": window,
+            "k": k,
+            **snapshot_header(snapshot),
+            "items": [entry.as_dict() for entry in board.entries[:k]],
+        }
+    )
+
+
+@charts.get("/v1/charts/<scope>/songs/<path:song_id>")
+def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
+    scope, window = _scope(scope), _window()
+    snapshot = _snapshot()
+    entry = toplist().store.board(snapshot, window, scope).by_song.get(song_id)
+    if entry is None:
+        raise ApiError(
+            404,
+            "song_not_ranked",
+            f"song {song_id!r} has no listens in {scope} for window {window} in snapshot"
+            f" {snapshot.snapshot_id} (snapshots keep the top {snapshot.keep_top} per board)",
+        )
+    return jsonify(
+        {
+            "scope": scope,
+            "window": window,
+            **snapshot_header(snapshot),
+            "song_id": entry.song_id,
+            "rank": entry.rank,
+            "listens": entry.listens,
+        }
+    )
+
+
+@charts.get("/v1/scopes")
+def scopes():  # type: ignore[no-untyped-def]
+    """The scopes with a board in the current snapshot (for pickers such as the web page)."""
+    snapshot = _snapshot()
+    return jsonify({**snapshot_header(snapshot), "scopes": toplist().store.scopes(snapshot)})

@@ -1,0 +1,118 @@
+"""GET /healthz (liveness and snapshot age) and GET /metrics (Prometheus text format)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from flask import Blueprint, Response, jsonify
+
+from api.app import toplist
+from api.publisher import iso
+
+health = Blueprint("health", __name__)
+
+
+@health.get("/healthz")
+def healthz():  # type: ignore[no-untyped-def]
+    state = toplist()
+    snapshot = state.store.current()
+    body: dict[str, object] = {"status": "ok", "snapshot": None}
+    if snapshot is not None:
+        age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
+        body["snapshot"] = {
+            "snapshot_id": snapshot.snapshot_id,
+            "as_of": iso(snapshot.as_of),
+            "published_at": iso(snapshot.published_at),
+            "age_seconds": round(age, 3),
+            "stale": age > state.config.stale_after_seconds,
+        }
+    if state.metrics.last_publish_error:
+        body["last_publish_error"] = state.metrics.last_publish_error
+    return jsonify(body)
+
+
+def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
+    state = toplist()
+    db = state.config.database
+    gauges: list[tuple[str, str, str, dict[str, str], float]] = []
+    rows = state.store.client.query(
+        f"""
+        SELECT _source, sum(received), sum(accepted), sum(rejected),
+               sumIf(accepted, received_at >= now64(3) - INTERVAL 60 SECOND)
+        FROM {db}.ingest_batches GROUP BY _source ORDER BY _source
+        """
+    ).result_rows
+    for source, received, accepted, rejected, last_minute in rows:
+        for outcome, value in (
+            ("accepted", accepted),
+            ("duplicate", received - accepted - rejected),
+            ("rejected", rejected),
+        ):
+            gauges.append(
+                (
+                    "toplist_ingest_messages_total",
+                    "counter",
+                    "Listen messages ingested, by source and outcome.",
+                    {"source": source, "outcome": outcome},
+                    float(value),
+                )
+            )
+        gauges.append(
+            (
+                "toplist_ingest_rate_per_second",
+                "gauge",
+                "Accepted listen events per second over the last minute, by source.",
+                {"source": source},
+                last_minute / 60.0,
+            )
+        )
+    dead_letters = state.store.client.command(f"SELECT count() FROM {db}.listens_dead_letters")
+    gauges.append(
+        (
+            "toplist_dead_letters",
+            "gauge",
+            "Messages in the dead-letter table.",
+            {},
+            float(dead_letters),
+        )
+    )
+    snapshot = state.store.current()
+    if snapshot is not None:
+        age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
+        gauges += [
+            (
+                "toplist_snapshot_age_seconds",
+                "gauge",
+                "Seconds since the current snapshot was published.",
+                {},
+                age,
+            ),
+            (
+                "toplist_snapshot_duration_seconds",
+                "gauge",
+                "How long the current snapshot took to publish.",
+                {},
+                snapshot.duration_ms / 1000.0,
+            ),
+            (
+                "toplist_snapshot_as_of_seconds",
+                "gauge",
+                "as_of of the current snapshot, as a Unix time.",
+                {},
+                snapshot.as_of.timestamp(),
+            ),
+            (
+                "toplist_snapshot_entries",
+                "gauge",
+                "Rows in the current snapshot.",
+                {},
+                float(snapshot.entry_count),
+            ),
+        ]
+    return gauges
+
+
+@health.get("/metrics")
+def metrics() -> Response:
+    text = toplist().metrics.render(_data_gauges())
+    return Response(text, mimetype="text/plain; version=0.0.4")

@@ -1,0 +1,122 @@
+"""Reading the current snapshot, through a cache that follows publications.
+
+The registry is asked for the current snapshot at most every `cache_poll_seconds` (so API
+processes in server mode notice a publication by themselves), and at once after
+`invalidate()`, which the in-process publisher calls. Boards are loaded once per snapshot
+and kept until the snapshot changes, so a read is a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clickhouse_connect.driver.client import Client
+
+from api.publisher import Snapshot, current_snapshot
+
+
+@dataclass(frozen=True)
+class Entry:
+    rank: int
+    song_id: str
+    listens: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rank": self.rank, "song_id": self.song_id, "listens": self.listens}
+
+
+@dataclass
+class Board:
+    entries: list[Entry]
+    by_song: dict[str, Entry]
+
+
+class SnapshotStore:
+    def __init__(
+        self,
+        client_factory: Callable[[], Client],
+        database: str,
+        poll_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client_factory = client_factory
+        self._client: Client | None = None
+        self._database = database
+        self._poll_seconds = poll_seconds
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._snapshot: Snapshot | None = None
+        self._checked_at: float | None = None
+        self._boards: dict[tuple[str, str], Board] = {}
+        self._scopes: list[str] | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = self._client_factory()
+        return self._client
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._checked_at = None
+
+    def current(self) -> Snapshot | None:
+        with self._lock:
+            now = self._clock()
+            if self._checked_at is None or now - self._checked_at >= self._poll_seconds:
+                latest = current_snapshot(self.client, self._database)
+                if latest != self._snapshot:
+                    self._snapshot = latest
+                    self._boards = {}
+                    self._scopes = None
+                self._checked_at = now
+            return self._snapshot
+
+    def board(self, snapshot: Snapshot, window: str, scope: str) -> Board:
+        key = (window, scope)
+        with self._lock:
+            board = self._boards.get(key) if self._snapshot == snapshot else None
+            if board is None:
+                board = self._load(snapshot.snapshot_id, window, scope)
+                if self._snapshot == snapshot:
+                    self._boards[key] = board
+            return board
+
+    def scopes(self, snapshot: Snapshot) -> list[str]:
+        """The scopes that have a board in the snapshot, `global` first."""
+        with self._lock:
+            if self._snapshot == snapshot and self._scopes is not None:
+                return self._scopes
+            rows = self.client.query(
+                f"""
+                SELECT DISTINCT scope FROM {self._database}.chart_entries
+                WHERE snapshot_id = {{id:String}} ORDER BY scope != 'global', scope
+                """,
+                parameters={"id": snapshot.snapshot_id},
+            ).result_rows
+            scopes = [scope for (scope,) in rows]
+            if self._snapshot == snapshot:
+                self._scopes = scopes
+            return scopes
+
+    def _load(self, snapshot_id: str, window: str, scope: str) -> Board:
+        rows = self.client.query(
+            f"""
+            SELECT rank, song_id, listens FROM {self._database}.chart_entries
+            WHERE snapshot_id = {{id:String}} AND window_name = {{window:String}}
+              AND scope = {{scope:String}}
+            ORDER BY rank
+            """,
+            parameters={"id": snapshot_id, "window": window, "scope": scope},
+        ).result_rows
+        entries = [Entry(int(rank), song_id, int(listens)) for rank, song_id, listens in rows]
+        return Board(entries, {entry.song_id: entry for entry in entries})
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None

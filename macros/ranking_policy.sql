@@ -1,0 +1,17 @@
+{#- Ranking policies, by version. A version's meaning never changes: a new rule gets a new
+    name. Every chart model ranks through rank_items, so the tie policy lives only here. -#}
+
+{% macro ranking_policies() %}
+  {{ return(['v1']) }}
+{% endmacro %}
+
+{% macro rank_items(policy, partition_by, score, item) -%}
+  {%- if policy == 'v1' -%}
+    {#- v1: score descending, then item id ascending bytewise (ClickHouse compares String
+        values as bytes, memcmp); every row gets its own rank, so a cut at k returns
+        exactly k rows and a tie at rank k is broken by the item id. -#}
+    row_number() over (partition by {{ partition_by }} order by {{ score }} desc, {{ item }} asc)
+  {%- else -%}
+    {{ exceptions.raise_compiler_error("unknown ranking policy '" ~ policy ~ "'; known: " ~ ranking_policies() | join(', ')) }}
+  {%- endif -%}
+{%- endmacro %}

@@ -1,0 +1,22 @@
+{#- Window and as_of rules (DESIGN.md "Windows and snapshots"), in one place. -#}
+
+{% macro chart_windows() %}
+  {#- Window name -> length in seconds; none means every event before as_of. -#}
+  {{ return({'1h': 3600, '24h': 86400, '7d': 604800, 'all': none}) }}
+{% endmacro %}
+
+{% macro align_as_of(value) -%}
+  {#- as_of aligned down to the bucket. `value` is a SQL expression; null means now. -#}
+  {#- toplist_bucket_start is the engine's bucket rule (sql/0005), shared with the aggregates. -#}
+  toplist_bucket_start(
+    {% if value is none %}now64(3, 'UTC'){% else %}parseDateTime64BestEffort({{ value }}, 3, 'UTC'){% endif %}
+  )
+{%- endmacro %}
+
+{% macro in_window(time_column, window_name, as_of_column) -%}
+  {#- as_of - W <= t < as_of; `all` has no lower bound. Exact on bucket starts because as_of
+      and every window length are whole buckets. -#}
+  {%- set length = chart_windows()[window_name] -%}
+  ({{ time_column }} < {{ as_of_column }}
+  {%- if length is not none %} and {{ time_column }} >= {{ as_of_column }} - toIntervalSecond({{ length }}){% endif %})
+{%- endmacro %}

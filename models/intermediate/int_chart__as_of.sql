@@ -1,0 +1,18 @@
+{{ config(materialized='table', engine='MergeTree()', order_by='tuple()') }}
+
+{#- One row: the snapshot time this build ranks at, aligned down to the bucket, and the
+    policy and depth it ranks with. The publisher reads it back, so the alignment rule is
+    applied here only. -#}
+
+with
+
+final as (
+
+    select
+        {{ align_as_of(none if var('as_of') is none else "'" ~ var('as_of') ~ "'") }} as as_of,
+        '{{ var("policy") }}' as policy,
+        toUInt32({{ var('keep_top') }}) as keep_top
+
+)
+
+select * from final

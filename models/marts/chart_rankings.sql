@@ -1,0 +1,45 @@
+{{ config(engine='MergeTree()', order_by='(window_name, scope, rank)') }}
+
+with
+
+windowed as (
+
+    select * from {{ ref('int_listens__windowed') }}
+
+),
+
+build as (
+
+    select * from {{ ref('int_chart__as_of') }}
+
+),
+
+ranked as (
+
+    select
+        window_name,
+        scope,
+        song_id,
+        listens,
+        {{ rank_items(var('policy'), partition_by='window_name, scope', score='listens', item='song_id') }} as rank
+    from windowed
+
+),
+
+final as (
+
+    select
+        build.as_of as as_of,
+        build.policy as policy,
+        ranked.window_name as window_name,
+        ranked.scope as scope,
+        toUInt32(ranked.rank) as rank,
+        ranked.song_id as song_id,
+        toUInt64(ranked.listens) as listens
+    from ranked
+    cross join build
+    where ranked.rank <= build.keep_top
+
+)
+
+select * from final

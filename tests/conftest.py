@@ -1,0 +1,44 @@
+"""Shared fixtures: one real embedded engine for the session, a fresh database per test.
+
+chDB hosts one data directory per process, so the whole test session shares one directory
+and isolates tests by database instead (TOPLIST_DATABASE), exactly as deployments could.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Before anything imports Toplist: the engine directory for the whole session.
+_ENGINE_DIR = Path(tempfile.mkdtemp(prefix="toplist-tests-")) / "chdb"
+os.environ["TOPLIST_CLICKHOUSE_URL"] = os.environ.get(
+    "TOPLIST_TEST_CLICKHOUSE_URL", f"chdb://{_ENGINE_DIR}"
+)
+
+from clickhouse_connect.driver.client import Client  # noqa: E402
+
+from toplist.config import Config  # noqa: E402
+from toplist.engine import connect  # noqa: E402
+from toplist.migrate import migrate  # noqa: E402
+
+
+@pytest.fixture
+def config() -> Config:
+    """A configuration pointing at a database of this test's own."""
+    return Config.from_env(database=f"t_{uuid.uuid4().hex[:12]}", cache_poll_seconds=0.001)
+
+
+@pytest.fixture
+def client(config: Config) -> Iterator[Client]:
+    client = connect(config)
+    migrate(client, config)
+    try:
+        yield client
+    finally:
+        client.command(f"DROP DATABASE IF EXISTS {config.database} SYNC")
+        client.close()

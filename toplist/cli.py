@@ -1,0 +1,372 @@
+"""The `toplist` command. Each subcommand opens the engine, does its work and closes it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from toplist.config import Config, ConfigError
+from toplist.engine import connect, session
+
+log = logging.getLogger("toplist")
+
+
+def _time(value: str) -> datetime:
+    """An RFC 3339 time (a missing offset means UTC) or epoch milliseconds."""
+    try:
+        if value.isdigit():
+            return datetime.fromtimestamp(int(value) / 1000, UTC)
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {value!r} (use e.g. 2026-12-02T17:50:00Z)"
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
+    from toplist.migrate import dump_schema, migrate
+
+    with session(config) as client:
+        ran = migrate(client, config)
+        if ran:
+            for migration in ran:
+                _say(f"applied {migration.path.name}")
+        else:
+            _say(f"{config.database}: schema is up to date")
+        if args.dump_schema:
+            Path(args.dump_schema).write_text(dump_schema(client, config.database))
+            _say(f"wrote the schema to {args.dump_schema}")
+    return 0
+
+
+def cmd_load(args: argparse.Namespace, config: Config) -> int:
+    from ingest.load import load_lines, read_lines
+    from toplist.migrate import migrate
+
+    stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    started = time.monotonic()
+
+    def progress(read: int) -> None:
+        rate = read / max(time.monotonic() - started, 1e-9)
+        _say(f"  {read:,} lines sent ({rate:,.0f}/s)")
+
+    with stream, session(config) as client:
+        migrate(client, config)
+        result = load_lines(
+            client,
+            config.database,
+            read_lines(stream),
+            batch_rows=config.load_batch_rows,
+            progress=progress,
+        )
+    print(
+        f"read {result.read:,} · accepted {result.accepted:,} · duplicates"
+        f" {result.duplicates:,} · rejected {result.rejected:,}"
+        + (f" (see {config.database}.listens_dead_letters)" if result.rejected else "")
+    )
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace, config: Config) -> int:
+    from api.publisher import publish
+    from toplist.migrate import migrate
+
+    with session(config) as client:
+        migrate(client, config)
+        snapshot = publish(client, config, args.as_of)
+    print(json.dumps(snapshot.as_dict()))
+    return 0
+
+
+def cmd_void(args: argparse.Namespace, config: Config) -> int:
+    from api.publisher import publish
+    from toplist.corrections import read_event_ids, void_events
+    from toplist.migrate import migrate
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    ids = read_event_ids(text.splitlines())
+    with session(config) as client:
+        migrate(client, config)
+        result = void_events(client, config.database, ids, args.reason)
+        print(
+            f"{result.requested:,} ids · voided {result.voided:,} · already voided"
+            f" {result.already_voided:,} · not found {result.not_found:,}"
+        )
+        if args.publish:
+            snapshot = publish(client, config)
+            print(f"published corrected snapshot {snapshot.snapshot_id}")
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace, config: Config) -> int:
+    from toplist.corrections import rebuild_aggregates
+    from toplist.migrate import migrate
+
+    def progress(done: int, total: int, month: int) -> None:
+        _say(f"  rebuilt {month // 100}-{month % 100:02d} ({done}/{total})")
+
+    with session(config) as client:
+        migrate(client, config)
+        months = rebuild_aggregates(client, config.database, args.start, args.end, progress)
+    print(f"rebuilt {len(months)} month(s) of aggregates from the raw events")
+    return 0
+
+
+def cmd_dbt(args: argparse.Namespace, config: Config) -> int:
+    from toplist import dbt
+
+    dbt_args = list(args.dbt_args)
+    if dbt_args and dbt_args[0] == "--":
+        dbt_args = dbt_args[1:]
+    try:
+        dbt.invoke(config, dbt_args or ["--help"])
+    except dbt.DbtError as error:
+        _say(str(error))
+        return 1
+    return 0
+
+
+def _serve(
+    config: Config, host: str, port: int, publish_every: float | None, banner: str | None = None
+) -> int:
+    from api.app import create_app
+    from api.scheduler import start_scheduler
+
+    app = create_app(config)
+    state = app.extensions["toplist"]
+    scheduler = None
+    if publish_every:
+        scheduler = start_scheduler(
+            replace(config, publish_interval_seconds=publish_every), state.store, state.metrics
+        )
+    _say(banner or f"serving the Toplist API on http://{host}:{port}/")
+    try:
+        from werkzeug.serving import run_simple
+
+        run_simple(host, port, app, threaded=True)
+    finally:
+        if scheduler:
+            scheduler.shutdown(wait=True)
+        state.store.close()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    from toplist.migrate import migrate
+
+    with session(config) as client:
+        migrate(client, config)
+    return _serve(config, args.host, args.port, args.publish_every)
+
+
+def cmd_run(args: argparse.Namespace, config: Config) -> int:
+    from ingest.generator import ListenGenerator, demo_stream
+    from ingest.load import load_lines
+    from toplist.migrate import migrate
+
+    config = replace(
+        config,
+        publish_interval_seconds=args.publish_every,
+        stale_after_seconds=max(3 * args.publish_every, 30.0),
+    )
+    client = connect(config)
+    migrate(client, config)
+    _say(f"engine: {config.clickhouse_url} (database {config.database})")
+    now = datetime.now(UTC)
+    history = ListenGenerator(seed=int(now.timestamp())).batch(
+        args.history, now - timedelta(days=8), now, malformed=10
+    )
+    _say(f"loading {len(history.lines):,} demo lines spread over the last 8 days ...")
+    result = load_lines(client, config.database, history.lines)
+    _say(
+        f"  accepted {result.accepted:,} · duplicates {result.duplicates:,}"
+        f" · rejected {result.rejected:,}"
+    )
+
+    stop = threading.Event()
+
+    def stream_demo_events() -> None:
+        for lines in demo_stream(seed=int(now.timestamp()) + 1, per_second=args.rate):
+            if stop.is_set():
+                break
+            try:
+                load_lines(client, config.database, lines, source="demo")
+            except Exception:
+                log.exception("demo ingest batch failed")
+            stop.wait(1.0)
+
+    streamer = threading.Thread(target=stream_demo_events, name="demo-stream", daemon=True)
+    streamer.start()
+    url = f"http://{args.host}:{args.port}"
+    banner = (
+        f"\nToplist is running (embedded). Streaming ~{args.rate} demo events/s,"
+        f" publishing every {args.publish_every:g} s.\n"
+        f"  web page:   {url}/\n"
+        f"  a chart:    {url}/v1/charts/global?window=24h&k=10\n"
+        f"  health:     {url}/healthz     metrics: {url}/metrics\n"
+        "Press Ctrl-C to stop.\n"
+    )
+    try:
+        return _serve(config, args.host, args.port, args.publish_every, banner)
+    finally:
+        stop.set()
+        streamer.join(timeout=5)
+        client.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toplist",
+        description="Near-real-time top-K leaderboards on ClickHouse. Configuration comes from"
+        " TOPLIST_* environment variables; TOPLIST_CLICKHOUSE_URL picks the engine (default:"
+        " an embedded chDB directory under ./.toplist/).",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run",
+        help="the main job: demo pipeline, publisher, API, web page",
+        description="Migrate, load demo history, stream demo events, "
+        "publish on a short schedule, and serve the API and web page.",
+    )
+    run.add_argument("--host", default="127.0.0.1")
+    run.add_argument("--port", type=int, default=8080)
+    run.add_argument(
+        "--publish-every",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="publication interval for the demo (default 15; production 600)",
+    )
+    run.add_argument("--rate", type=int, default=500, help="demo events per second (default 500)")
+    run.add_argument(
+        "--history",
+        type=int,
+        default=50_000,
+        help="demo events loaded before streaming starts (default 50000)",
+    )
+    run.set_defaults(handler=cmd_run)
+
+    migrate = commands.add_parser(
+        "migrate",
+        help="apply sql/ migrations (idempotent)",
+        description="Apply the sql/ migrations not yet recorded.",
+    )
+    migrate.add_argument(
+        "--dump-schema",
+        metavar="FILE",
+        help="also write the resulting schema to FILE (e.g. sql/schema.sql)",
+    )
+    migrate.set_defaults(handler=cmd_migrate)
+
+    load = commands.add_parser(
+        "load",
+        help="ingest listen events from a JSON-lines file",
+        description="Ingest JSON lines through the same validation, "
+        "dedup and dead-letter path as Kafka; print the counts.",
+    )
+    load.add_argument("file", help="a JSON-lines file, or - for standard input")
+    load.set_defaults(handler=cmd_load)
+
+    publish = commands.add_parser(
+        "publish",
+        help="rank and publish one snapshot now",
+        description="Run the dbt rankings and publish one snapshot.",
+    )
+    publish.add_argument(
+        "--as-of",
+        type=_time,
+        default=None,
+        metavar="TIME",
+        help="snapshot time, RFC 3339 (aligned down to the 10-minute bucket; default now)",
+    )
+    publish.set_defaults(handler=cmd_publish)
+
+    serve = commands.add_parser(
+        "serve", help="serve the read API", description="Serve the read API and the web page."
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--publish-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="also publish snapshots on this interval (embedded: the one process"
+        " that owns the data directory must do it)",
+    )
+    serve.set_defaults(handler=cmd_serve)
+
+    void = commands.add_parser(
+        "void",
+        help="void event ids (fraud, test traffic)",
+        description="Void the event ids listed in FILE, one per line. "
+        "The raw events stay for audit; voiding twice changes nothing.",
+    )
+    void.add_argument("file", help="file of event ids, or - for standard input")
+    void.add_argument("--reason", required=True, help="why, e.g. fraud or 'test traffic'")
+    void.add_argument("--publish", action="store_true", help="publish a corrected snapshot now")
+    void.set_defaults(handler=cmd_void)
+
+    rebuild = commands.add_parser(
+        "rebuild",
+        help="rebuild aggregates from the raw events",
+        description="Recompute the bucket aggregates from the raw "
+        "events (minus voids), widened to whole months. Pause "
+        "ingestion while it runs.",
+    )
+    rebuild.add_argument("--from", dest="start", type=_time, metavar="T")
+    rebuild.add_argument("--to", dest="end", type=_time, metavar="T")
+    rebuild.set_defaults(handler=cmd_rebuild)
+
+    dbt = commands.add_parser(
+        "dbt",
+        help="run dbt in-process against the configured engine",
+        description="Run dbt (e.g. `toplist dbt build`) with the profile"
+        " target for the configured engine; embedded runs in-process.",
+        add_help=False,
+    )
+    dbt.add_argument("dbt_args", nargs=argparse.REMAINDER)
+    dbt.set_defaults(handler=cmd_dbt)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("apscheduler", "werkzeug"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        config = Config.from_env()
+        return args.handler(args, config)
+    except ConfigError as error:
+        _say(f"configuration error: {error}")
+        return 2
+    except (OSError, ValueError, RuntimeError) as error:
+        # PublishError, MigrationError and DbtError are RuntimeErrors with a clear message.
+        _say(f"toplist {args.command}: {error}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Configuration, read from environment variables in one place, with typed defaults."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA_DIR = Path.cwd() / ".toplist" / "chdb"
+
+WINDOWS = ("1h", "24h", "7d", "all")
+POLICIES = ("v1",)
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or malformed."""
+
+
+def _int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _float(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything Toplist can be told from outside. Build it with `Config.from_env()`."""
+
+    clickhouse_url: str = field(default_factory=lambda: f"chdb://{DEFAULT_DATA_DIR}")
+    database: str = "toplist"
+    # Production publishes every 10 minutes; `toplist run` shortens it for the demo.
+    publish_interval_seconds: float = 600.0
+    # A snapshot older than this is reported as stale (default: three missed publications).
+    stale_after_seconds: float = 1800.0
+    keep_top: int = 1000
+    k_max: int = 1000
+    default_k: int = 10
+    policy: str = "v1"
+    snapshot_retention: int = 24
+    load_batch_rows: int = 50_000
+    cache_poll_seconds: float = 1.0
+    dbt_project_dir: Path = PROJECT_ROOT
+    dbt_profiles_dir: Path = PROJECT_ROOT / "dbt_project"
+
+    def __post_init__(self) -> None:
+        if not _IDENTIFIER.match(self.database):
+            raise ConfigError(f"TOPLIST_DATABASE must be a plain identifier, got {self.database!r}")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"TOPLIST_POLICY must be one of {POLICIES}, got {self.policy!r}")
+        if self.k_max > self.keep_top:
+            raise ConfigError(
+                f"TOPLIST_K_MAX ({self.k_max}) cannot exceed TOPLIST_KEEP_TOP ({self.keep_top}):"
+                " a snapshot only holds the top TOPLIST_KEEP_TOP rows"
+            )
+        if not 1 <= self.default_k <= self.k_max:
+            raise ConfigError(f"TOPLIST_DEFAULT_K must lie in 1..{self.k_max}")
+
+    @property
+    def embedded(self) -> bool:
+        return self.clickhouse_url.startswith("chdb:")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Config:
+        env = dict(os.environ if env is None else env)
+        base = cls()
+        config = replace(
+            base,
+            clickhouse_url=env.get("TOPLIST_CLICKHOUSE_URL") or base.clickhouse_url,
+            database=env.get("TOPLIST_DATABASE") or base.database,
+            publish_interval_seconds=_float(
+                env, "TOPLIST_PUBLISH_INTERVAL_SECONDS", base.publish_interval_seconds
+            ),
+            stale_after_seconds=_float(
+                env, "TOPLIST_STALE_AFTER_SECONDS", base.stale_after_seconds
+            ),
+            keep_top=_int(env, "TOPLIST_KEEP_TOP", base.keep_top),
+            k_max=_int(env, "TOPLIST_K_MAX", base.k_max),
+            default_k=_int(env, "TOPLIST_DEFAULT_K", base.default_k),
+            policy=env.get("TOPLIST_POLICY") or base.policy,
+            snapshot_retention=_int(env, "TOPLIST_SNAPSHOT_RETENTION", base.snapshot_retention),
+            load_batch_rows=_int(env, "TOPLIST_LOAD_BATCH_ROWS", base.load_batch_rows),
+            cache_poll_seconds=_float(env, "TOPLIST_CACHE_POLL_SECONDS", base.cache_poll_seconds),
+        )
+        return replace(config, **overrides) if overrides else config
