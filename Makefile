@@ -1,0 +1,27 @@
+# `make run` and `make test` install what they need into .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: run test lint clean
+
+$(STAMP): pyproject.toml
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip==25.3
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/toplist run
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .toplist target logs

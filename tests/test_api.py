@@ -1,0 +1,212 @@
+"""The read API on the real engine: charts, rank lookup, errors, 503, failed publications."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from api.app import create_app
+from api.publisher import PublishError, publish
+from api.scheduler import publish_job
+from ingest.generator import Listen
+from ingest.load import load_lines
+
+AS_OF = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def listens_for(song_counts: dict[str, int], country: str = "SE") -> list[str]:
+    lines = []
+    for song_id, count in song_counts.items():
+        for i in range(count):
+            moment = AS_OF - timedelta(minutes=30, seconds=i)
+            lines.append(Listen(f"{country}-{song_id}-{i}", song_id, f"u{i}", country,
+                                moment).to_json())
+    return lines
+
+
+@contextmanager
+def aggregates_missing(client, config):
+    """Break the ranking step for real: its input table is gone while this block runs."""
+    db = config.database
+    client.command(f"RENAME TABLE {db}.listens_by_10m TO {db}.listens_by_10m_away")
+    try:
+        yield
+    finally:
+        client.command(f"RENAME TABLE {db}.listens_by_10m_away TO {db}.listens_by_10m")
+
+
+@pytest.fixture
+def app(client, config):
+    app = create_app(config)
+    yield app
+    app.extensions["toplist"].store.close()
+
+
+@pytest.fixture
+def api(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def published(client, config):
+    """Fifteen songs in SE: song-00 has 15 listens, song-01 14, ... song-14 1."""
+    load_lines(client, config.database,
+               listens_for({f"song-{i:02d}": 15 - i for i in range(15)}))
+    return publish(client, config, AS_OF)
+
+
+def error_of(response) -> dict:
+    body = response.get_json()
+    assert body and "error" in body, f"expected a JSON error, got {response.data[:200]!r}"
+    assert set(body["error"]) == {"code", "message"}
+    return body["error"]
+
+
+def test_503_before_the_first_snapshot(api):
+    response = api.get("/v1/charts/SE")
+    assert response.status_code == 503, "an empty board must not pass for a real one"
+    assert error_of(response)["code"] == "no_snapshot"
+    assert api.get("/v1/charts/SE/songs/x").status_code == 503
+    health = api.get("/healthz")
+    assert health.status_code == 200 and health.get_json()["snapshot"] is None
+
+
+def test_chart_serves_the_snapshot_in_the_documented_shape(api, published):
+    response = api.get("/v1/charts/SE?window=24h&k=3")
+    assert response.status_code == 200
+    body = response.get_json()
+    assert list(body) == ["scope", "window", "k", "as_of", "snapshot_id", "policy",
+                          "published_at", "stale", "items"]
+    assert body["as_of"] == "2026-12-01T12:00:00Z"
+    assert body["snapshot_id"] == published.snapshot_id
+    assert body["policy"] == "v1" and body["stale"] is False
+    assert body["items"] == [
+        {"rank": 1, "song_id": "song-00", "listens": 15},
+        {"rank": 2, "song_id": "song-01", "listens": 14},
+        {"rank": 3, "song_id": "song-02", "listens": 13},
+    ]
+    default = api.get("/v1/charts/global").get_json()
+    assert default["window"] == "24h" and default["k"] == 10 and len(default["items"]) == 10
+
+
+def test_valid_scope_without_listens_is_an_empty_board(api, published):
+    body = api.get("/v1/charts/NO?window=1h").get_json()
+    assert body["items"] == [] and body["scope"] == "NO"
+
+
+def test_rank_lookup_beyond_k(api, published):
+    body = api.get("/v1/charts/SE/songs/song-12?window=24h").get_json()
+    assert (body["rank"], body["listens"]) == (13, 3), "ranks beyond the top 10 must be exact"
+    missing = api.get("/v1/charts/SE/songs/never-played")
+    assert missing.status_code == 404 and error_of(missing)["code"] == "song_not_ranked"
+    assert api.get("/v1/charts/DE/songs/song-00").status_code == 404
+
+
+BAD_REQUESTS = [
+    ("/v1/charts/SE?window=2h", "invalid_window"),
+    ("/v1/charts/SE?window=", "invalid_window"),
+    ("/v1/charts/SE?k=0", "invalid_k"),
+    ("/v1/charts/SE?k=1001", "invalid_k"),
+    ("/v1/charts/SE?k=ten", "invalid_k"),
+    ("/v1/charts/SE?k=1.5", "invalid_k"),
+    ("/v1/charts/SE?k=-1", "invalid_k"),
+    ("/v1/charts/se", "invalid_scope"),
+    ("/v1/charts/SWE", "invalid_scope"),
+    ("/v1/charts/Global", "invalid_scope"),
+    ("/v1/charts/S%20E", "invalid_scope"),
+    ("/v1/charts/SE/songs/x?window=month", "invalid_window"),
+    ("/v1/charts/1/songs/x", "invalid_scope"),
+]
+
+
+def test_bad_parameters_get_400_with_a_json_error(api, published):
+    for path, code in BAD_REQUESTS:
+        response = api.get(path)
+        assert response.status_code == 400, f"{path} must be a client error, not {response.status}"
+        assert error_of(response)["code"] == code, path
+
+
+def test_unknown_routes_get_json_errors(api):
+    response = api.get("/v2/nothing")
+    assert response.status_code == 404 and error_of(response)["code"] == "not_found"
+    response = api.post("/v1/charts/SE")
+    assert response.status_code == 405 and error_of(response)["code"] == "method_not_allowed"
+
+
+def test_failed_publication_midway_keeps_the_previous_snapshot(api, client, config, published):
+    load_lines(client, config.database, listens_for({"song-new": 100}))
+
+    def crash(snapshot_id: str) -> None:
+        raise RuntimeError("disk full (simulated) after the entries were written")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        publish(client, config, AS_OF + timedelta(minutes=10), before_commit=crash)
+    body = api.get("/v1/charts/SE").get_json()
+    assert body["snapshot_id"] == published.snapshot_id, "a failed run replaced the board"
+    assert body["items"][0]["song_id"] == "song-00"
+    leftovers = client.command(
+        f"SELECT count() FROM {config.database}.chart_entries"
+        " WHERE snapshot_id != {id:String}",
+        parameters={"id": published.snapshot_id},
+    )
+    assert leftovers == 0, "the failed snapshot's entries were left behind"
+
+    # A ranking failure (here: the aggregates are missing) changes nothing either.
+    with aggregates_missing(client, config):
+        with pytest.raises(PublishError):
+            publish(client, config, AS_OF)
+    assert api.get("/v1/charts/SE").get_json()["snapshot_id"] == published.snapshot_id
+
+    # The next good publication is served at once.
+    fresh = publish(client, config, AS_OF + timedelta(minutes=10))
+    body = api.get("/v1/charts/SE").get_json()
+    assert body["snapshot_id"] == fresh.snapshot_id
+    assert body["items"][0] == {"rank": 1, "song_id": "song-new", "listens": 100}
+
+
+def test_scheduler_job_survives_a_failure_and_reports_it(app, client, config, published):
+    state = app.extensions["toplist"]
+    with aggregates_missing(client, config):
+        assert publish_job(config, state.store, state.metrics) is None
+    assert state.metrics.publications["failure"] == 1
+    api = app.test_client()
+    assert api.get("/v1/charts/SE").get_json()["snapshot_id"] == published.snapshot_id
+    assert "last_publish_error" in api.get("/healthz").get_json()
+    snapshot = publish_job(config, state.store, state.metrics)
+    assert snapshot is not None
+    assert api.get("/v1/charts/SE").get_json()["snapshot_id"] == snapshot.snapshot_id
+
+
+def test_stale_snapshot_is_flagged(client, config, published):
+    app = create_app(replace(config, stale_after_seconds=0.000001))
+    body = app.test_client().get("/v1/charts/SE").get_json()
+    assert body["stale"] is True, "an old snapshot must say so"
+    app.extensions["toplist"].store.close()
+
+
+def test_healthz_and_metrics(api, published):
+    health = api.get("/healthz").get_json()
+    assert health["status"] == "ok"
+    assert health["snapshot"]["snapshot_id"] == published.snapshot_id
+    assert health["snapshot"]["age_seconds"] >= 0
+    api.get("/v1/charts/SE")
+    text = api.get("/metrics").get_data(as_text=True)
+    for name in (
+        'toplist_ingest_messages_total{outcome="accepted",source="load"} 120',
+        "toplist_ingest_rate_per_second",
+        "toplist_dead_letters 0",
+        "toplist_snapshot_age_seconds",
+        "toplist_snapshot_duration_seconds",
+        'toplist_http_request_duration_seconds_count{endpoint="/v1/charts/<scope>"} 1',
+    ):
+        assert name in text, f"/metrics lacks {name}"
+
+
+def test_web_page_and_scopes(api, published):
+    page = api.get("/")
+    assert page.status_code == 200 and b"Top songs" in page.data
+    assert b"http://" not in page.data and b"https://" not in page.data, "no external assets"
+    assert api.get("/v1/scopes").get_json()["scopes"] == ["global", "SE"]

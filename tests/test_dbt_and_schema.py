@@ -1,0 +1,57 @@
+"""dbt on the embedded engine, and the migration runner."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ingest.generator import ListenGenerator
+from ingest.load import load_lines
+from toplist import dbt
+from toplist.config import PROJECT_ROOT
+from toplist.migrate import MigrationError, applied, discover, dump_schema, migrate
+
+
+def test_dbt_build_passes_models_data_tests_and_unit_tests_on_the_embedded_engine(client, config):
+    as_of = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    batch = ListenGenerator(seed=5).batch(2_000, as_of - timedelta(days=8), as_of)
+    load_lines(client, config.database, batch.lines)
+    result = dbt.invoke(config, ["build", "--vars", "{as_of: '2026-12-01T12:00:00Z'}"])
+    kinds = {}
+    for node_result in result.results:
+        kinds.setdefault(node_result.node.resource_type, []).append(str(node_result.status))
+    assert set(kinds) >= {"model", "test", "unit_test"}, f"dbt build ran only {set(kinds)}"
+    assert len(kinds["unit_test"]) >= 3, "the tie-break, cutoff and fewer-than-k unit tests"
+    failed = [status for statuses in kinds.values() for status in statuses
+              if status not in ("success", "pass")]
+    assert not failed, f"dbt build reported {failed}"
+    # The models were built by the in-process chDB engine, in this test's database.
+    assert client.command(f"SELECT count() FROM {config.database}.chart_rankings") > 0
+
+
+def test_dbt_reports_a_failing_build_as_an_error(client, config):
+    client.command(f"DROP TABLE {config.database}.listens_by_10m")
+    with pytest.raises(dbt.DbtError, match="listens_by_10m"):
+        dbt.invoke(config, ["run", "--select", "stg_toplist__listen_buckets"], quiet=True)
+
+
+def test_migrations_are_idempotent_and_recorded(client, config):
+    assert migrate(client, config) == [], "a second run must apply nothing"
+    assert sorted(applied(client, config.database)) == [m.version for m in discover()]
+
+
+def test_an_edited_applied_migration_is_refused(client, config, tmp_path):
+    for migration in discover():
+        (tmp_path / migration.path.name).write_text(migration.text)
+    first = sorted(tmp_path.glob("*.sql"))[0]
+    first.write_text(first.read_text() + "\n-- edited\n")
+    with pytest.raises(MigrationError, match="changed after it was applied"):
+        migrate(client, config, sql_dir=tmp_path)
+
+
+def test_schema_dump_is_up_to_date(client, config):
+    committed = (PROJECT_ROOT / "sql" / "schema.sql").read_text()
+    assert dump_schema(client, config.database) == committed, (
+        "sql/schema.sql is out of date: run `toplist migrate --dump-schema sql/schema.sql`"
+    )
