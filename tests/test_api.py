@@ -22,8 +22,9 @@ def listens_for(song_counts: dict[str, int], country: str = "SE") -> list[str]:
     for song_id, count in song_counts.items():
         for i in range(count):
             moment = AS_OF - timedelta(minutes=30, seconds=i)
-            lines.append(Listen(f"{country}-{song_id}-{i}", song_id, f"u{i}", country,
-                                moment).to_json())
+            lines.append(
+                Listen(f"{country}-{song_id}-{i}", song_id, f"u{i}", country, moment).to_json()
+            )
     return lines
 
 
@@ -53,8 +54,7 @@ def api(app):
 @pytest.fixture
 def published(client, config):
     """Fifteen songs in SE: song-00 has 15 listens, song-01 14, ... song-14 1."""
-    load_lines(client, config.database,
-               listens_for({f"song-{i:02d}": 15 - i for i in range(15)}))
+    load_lines(client, config.database, listens_for({f"song-{i:02d}": 15 - i for i in range(15)}))
     return publish(client, config, AS_OF)
 
 
@@ -78,8 +78,17 @@ def test_chart_serves_the_snapshot_in_the_documented_shape(api, published):
     response = api.get("/v1/charts/SE?window=24h&k=3")
     assert response.status_code == 200
     body = response.get_json()
-    assert list(body) == ["scope", "window", "k", "as_of", "snapshot_id", "policy",
-                          "published_at", "stale", "items"]
+    assert list(body) == [
+        "scope",
+        "window",
+        "k",
+        "as_of",
+        "snapshot_id",
+        "policy",
+        "published_at",
+        "stale",
+        "items",
+    ]
     assert body["as_of"] == "2026-12-01T12:00:00Z"
     assert body["snapshot_id"] == published.snapshot_id
     assert body["policy"] == "v1" and body["stale"] is False
@@ -148,8 +157,7 @@ def test_failed_publication_midway_keeps_the_previous_snapshot(api, client, conf
     assert body["snapshot_id"] == published.snapshot_id, "a failed run replaced the board"
     assert body["items"][0]["song_id"] == "song-00"
     leftovers = client.command(
-        f"SELECT count() FROM {config.database}.chart_entries"
-        " WHERE snapshot_id != {id:String}",
+        f"SELECT count() FROM {config.database}.chart_entries WHERE snapshot_id != {{id:String}}",
         parameters={"id": published.snapshot_id},
     )
     assert leftovers == 0, "the failed snapshot's entries were left behind"

@@ -32,8 +32,10 @@ def test_void_removes_events_from_the_next_snapshot_and_is_idempotent(client, co
     result = void_events(client, config.database, read_event_ids(fraud_file), "fraud")
     assert (result.voided, result.already_voided, result.not_found) == (len(fraud), 0, 1)
     snapshot = publish(client, config, AS_OF)
-    assert_boards_equal(published_boards(client, config.database, snapshot.snapshot_id),
-                        boards(batch.listens, AS_OF, voided=frozenset(fraud)))
+    assert_boards_equal(
+        published_boards(client, config.database, snapshot.snapshot_id),
+        boards(batch.listens, AS_OF, voided=frozenset(fraud)),
+    )
     raw = client.command(f"SELECT count() FROM {config.database}.listens")
     assert raw == len(batch.listens), "voided events must stay in the raw table for audit"
 
@@ -47,8 +49,9 @@ def test_rebuild_from_raw_equals_incremental_aggregates(client, config):
     generator = ListenGenerator(seed=10, songs=80)
     previous = []
     for _ in range(6):  # many batches, with retries across them and events up to 70 days late
-        batch = generator.batch(1_000, AS_OF - timedelta(days=70), AS_OF, retry_fraction=0.1,
-                                retry_from=previous)
+        batch = generator.batch(
+            1_000, AS_OF - timedelta(days=70), AS_OF, retry_fraction=0.1, retry_from=previous
+        )
         load_lines(client, config.database, batch.lines)
         previous = batch.listens
     void_events(client, config.database, [x.event_id for x in previous[:25]], "test traffic")
@@ -56,8 +59,9 @@ def test_rebuild_from_raw_equals_incremental_aggregates(client, config):
     snapshot = publish(client, config, AS_OF)
 
     progress = []
-    months = rebuild_aggregates(client, config.database,
-                                progress=lambda done, total, month: progress.append(done))
+    months = rebuild_aggregates(
+        client, config.database, progress=lambda done, total, month: progress.append(done)
+    )
     assert len(months) >= 3 and progress == list(range(1, len(months) + 1))
     assert aggregates(client, config.database) == incremental, "rebuild differs from incremental"
     rebuilt = publish(client, config, AS_OF)

@@ -23,8 +23,12 @@ def test_dbt_build_passes_models_data_tests_and_unit_tests_on_the_embedded_engin
         kinds.setdefault(node_result.node.resource_type, []).append(str(node_result.status))
     assert set(kinds) >= {"model", "test", "unit_test"}, f"dbt build ran only {set(kinds)}"
     assert len(kinds["unit_test"]) >= 3, "the tie-break, cutoff and fewer-than-k unit tests"
-    failed = [status for statuses in kinds.values() for status in statuses
-              if status not in ("success", "pass")]
+    failed = [
+        status
+        for statuses in kinds.values()
+        for status in statuses
+        if status not in ("success", "pass")
+    ]
     assert not failed, f"dbt build reported {failed}"
     # The models were built by the in-process chDB engine, in this test's database.
     assert client.command(f"SELECT count() FROM {config.database}.chart_rankings") > 0

@@ -30,8 +30,11 @@ def test_every_malformed_line_lands_in_dead_letters_with_its_bytes_and_reason(cl
     reasons = dict(dead)
     assert reasons["this is not json"] == "not a JSON object"
     assert reasons[""] == "not a JSON object"
-    by_id = {json.loads(raw)["event_id"]: reason for raw, reason in dead
-             if raw.startswith("{") and raw.endswith("}") and '"event_id": "' in raw}
+    by_id = {
+        json.loads(raw)["event_id"]: reason
+        for raw, reason in dead
+        if raw.startswith("{") and raw.endswith("}") and '"event_id": "' in raw
+    }
     assert by_id["bad-country"].startswith("country:")
     assert by_id["no-offset"].startswith("event_time: not an RFC 3339")
     assert by_id["bad-hour"].startswith("event_time: not an RFC 3339")
@@ -60,8 +63,13 @@ def test_accepted_forms_of_event_time_and_limits(client, config):
 
 
 def test_raw_table_keeps_every_accepted_event_once(client, config):
-    event = {"event_id": "a", "song_id": "s", "user_id": "u", "country": "DE",
-             "event_time": "2026-12-01T10:00:00Z"}
+    event = {
+        "event_id": "a",
+        "song_id": "s",
+        "user_id": "u",
+        "country": "DE",
+        "event_time": "2026-12-01T10:00:00Z",
+    }
     first = load_lines(client, config.database, [json.dumps(event)])
     again = load_lines(client, config.database, [json.dumps(event)] * 3)
     assert (first.accepted, again.accepted, again.duplicates) == (1, 0, 3)

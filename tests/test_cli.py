@@ -1,0 +1,77 @@
+"""The `toplist` command, run as a user runs it: a separate process on its own data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+from ingest.generator import ListenGenerator
+
+COMMANDS = ["run", "migrate", "load", "publish", "serve", "void", "rebuild"]
+
+
+def toplist(tmp_path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TOPLIST_CLICKHOUSE_URL": f"chdb://{tmp_path / 'engine'}"}
+    return subprocess.run(
+        [sys.executable, "-m", "toplist.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_every_command_has_help(tmp_path):
+    top = toplist(tmp_path, "--help")
+    assert top.returncode == 0
+    for command in COMMANDS:
+        assert command in top.stdout, f"`toplist --help` does not list {command}"
+        result = toplist(tmp_path, command, "--help")
+        assert result.returncode == 0 and "usage: toplist" in result.stdout, command
+
+
+def test_load_publish_void_rebuild_follow_one_another(tmp_path):
+    as_of = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    batch = ListenGenerator(seed=2).batch(1_000, as_of - timedelta(days=2), as_of, malformed=4)
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(batch.lines) + "\n")
+
+    loaded = toplist(tmp_path, "load", str(events))
+    assert loaded.returncode == 0, loaded.stderr
+    assert (
+        f"read {len(batch.lines):,} · accepted 1,000 · duplicates {batch.duplicates:,}"
+        f" · rejected 4" in loaded.stdout
+    )
+
+    published = toplist(tmp_path, "publish", "--as-of", "2026-12-01T12:09:59Z")
+    assert published.returncode == 0, published.stderr
+    snapshot = json.loads(published.stdout)
+    assert snapshot["as_of"] == "2026-12-01T12:00:00Z" and snapshot["policy"] == "v1"
+
+    ids = "\n".join(listen.event_id for listen in batch.listens[:10])
+    voided = toplist(tmp_path, "void", "-", "--reason", "test traffic", "--publish", stdin=ids)
+    assert voided.returncode == 0, voided.stderr
+    assert "voided 10" in voided.stdout and "published corrected snapshot" in voided.stdout
+
+    rebuilt = toplist(tmp_path, "rebuild")
+    assert rebuilt.returncode == 0 and "rebuilt" in rebuilt.stdout, rebuilt.stderr
+
+
+def test_bad_input_gets_a_clear_message(tmp_path):
+    missing = toplist(tmp_path, "load", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 1 and "No such file" in missing.stderr
+    bad_time = toplist(tmp_path, "publish", "--as-of", "yesterday")
+    assert bad_time.returncode == 2 and "not a time" in bad_time.stderr
+    bad_config = subprocess.run(
+        [sys.executable, "-m", "toplist.cli", "migrate"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TOPLIST_KEEP_TOP": "many"},
+        check=False,
+    )
+    assert bad_config.returncode == 2 and "TOPLIST_KEEP_TOP must be an integer" in bad_config.stderr
