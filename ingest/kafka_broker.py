@@ -86,6 +86,7 @@ def _answers(port: int) -> bool:
 @dataclass
 class Broker:
     directory: Path
+    libs: Path
     port: int
     controller_port: int
     process: subprocess.Popen | None = None
@@ -93,6 +94,10 @@ class Broker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def classpath(self) -> str:
+        return f"{self.libs}/*"
 
     def stop(self, timeout: float = 30) -> None:
         if self.process and self.process.poll() is None:
@@ -104,17 +109,17 @@ class Broker:
                 self.process.wait()
         (self.directory / "broker.pid").unlink(missing_ok=True)
 
-    def start(self, libs: Path, wait: float = 90) -> None:
+    def start(self, wait: float = 90) -> None:
         """Start (or restart, keeping its data) the broker and wait until it answers."""
-        classpath = f"{libs}/*"
         config = self.directory / "server.properties"
-        log = open(self.directory / "broker.log", "ab")  # noqa: SIM115 (kept by the process)
-        self.process = subprocess.Popen(
-            ["java", "-Xmx512m", "-cp", classpath, "kafka.Kafka", str(config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # The broker keeps its own copy of the log's file descriptor; ours can close.
+        with open(self.directory / "broker.log", "ab") as log:
+            self.process = subprocess.Popen(
+                ["java", "-Xmx512m", "-cp", self.classpath, "kafka.Kafka", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         (self.directory / "broker.pid").write_text(str(self.process.pid))
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
@@ -129,9 +134,8 @@ class Broker:
 
 def start_broker(directory: Path = DEFAULT_DIR, cache: Path = DEFAULT_CACHE) -> Broker:
     """Fetch, format a fresh KRaft log directory in `directory`, start, wait until it answers."""
-    libs = fetch_jars(cache)
     directory.mkdir(parents=True, exist_ok=True)
-    broker = Broker(directory, _free_port(), _free_port())
+    broker = Broker(directory, fetch_jars(cache), _free_port(), _free_port())
     data = directory / "data"
     (directory / "server.properties").write_text(
         "\n".join(
@@ -154,9 +158,8 @@ def start_broker(directory: Path = DEFAULT_DIR, cache: Path = DEFAULT_CACHE) -> 
             ]
         )
     )
-    classpath = f"{libs}/*"
     cluster_id = subprocess.run(
-        ["java", "-cp", classpath, "kafka.tools.StorageTool", "random-uuid"],
+        ["java", "-cp", broker.classpath, "kafka.tools.StorageTool", "random-uuid"],
         capture_output=True,
         text=True,
         check=True,
@@ -165,7 +168,7 @@ def start_broker(directory: Path = DEFAULT_DIR, cache: Path = DEFAULT_CACHE) -> 
         [
             "java",
             "-cp",
-            classpath,
+            broker.classpath,
             "kafka.tools.StorageTool",
             "format",
             "--ignore-formatted",
@@ -180,7 +183,7 @@ def start_broker(directory: Path = DEFAULT_DIR, cache: Path = DEFAULT_CACHE) -> 
     )
     if formatted.returncode != 0:
         raise BrokerError(f"formatting the KRaft log directory failed: {formatted.stdout}")
-    broker.start(libs)
+    broker.start()
     (directory / "bootstrap").write_text(broker.bootstrap)
     return broker
 

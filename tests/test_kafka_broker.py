@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from ingest.kafka_broker import fetch_jars, start_broker
+from ingest.kafka_broker import start_broker
 
 
 def test_broker_starts_round_trips_messages_and_survives_a_restart(tmp_path):
@@ -13,7 +13,7 @@ def test_broker_starts_round_trips_messages_and_survives_a_restart(tmp_path):
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
         producer.send("listens", key=b"evt-1", value=b'{"event_id": "evt-1"}').get(timeout=30)
         broker.stop()
-        broker.start(fetch_jars())
+        broker.start()
         producer.send("listens", key=b"evt-2", value=b'{"event_id": "evt-2"}').get(timeout=60)
         producer.close()
         consumer = KafkaConsumer(
