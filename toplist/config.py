@@ -13,6 +13,8 @@ DEFAULT_DATA_DIR = Path.cwd() / ".toplist" / "chdb"
 WINDOWS = ("1h", "24h", "7d", "all")
 POLICIES = ("v1",)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KAFKA_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_BROKER = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
 
 
 class ConfigError(ValueError):
@@ -62,6 +64,14 @@ class Config:
     snapshot_retention: int = 24
     load_batch_rows: int = 50_000
     cache_poll_seconds: float = 1.0
+    # Kafka: empty brokers means no Kafka. Embedded mode consumes in-process (ingest/consumer.py);
+    # server mode renders the Kafka engine table (sql/0009) from these same settings.
+    kafka_brokers: str = ""
+    kafka_topic: str = "listens"
+    kafka_group: str = "toplist"
+    kafka_consumers: int = 1
+    kafka_batch_rows: int = 50_000
+    kafka_batch_seconds: float = 1.0
     dbt_project_dir: Path = PROJECT_ROOT
     dbt_profiles_dir: Path = PROJECT_ROOT / "dbt_project"
 
@@ -77,10 +87,27 @@ class Config:
             )
         if not 1 <= self.default_k <= self.k_max:
             raise ConfigError(f"TOPLIST_DEFAULT_K must lie in 1..{self.k_max}")
+        brokers = self.kafka_brokers.split(",") if self.kafka_brokers else []
+        if not all(_BROKER.match(broker) for broker in brokers):
+            raise ConfigError(
+                "TOPLIST_KAFKA_BROKERS must be host:port[,host:port...],"
+                f" got {self.kafka_brokers!r}"
+            )
+        for name, value in (
+            ("TOPLIST_KAFKA_TOPIC", self.kafka_topic),
+            ("TOPLIST_KAFKA_GROUP", self.kafka_group),
+        ):
+            if not _KAFKA_NAME.match(value):
+                raise ConfigError(f"{name} must match [A-Za-z0-9._-]{{1,249}}, got {value!r}")
 
     @property
     def embedded(self) -> bool:
         return self.clickhouse_url.startswith("chdb:")
+
+    @property
+    def kafka_engine(self) -> bool:
+        """Server mode with brokers configured: ClickHouse's Kafka engine consumes the topic."""
+        return bool(self.kafka_brokers) and not self.embedded
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Config:
@@ -103,5 +130,13 @@ class Config:
             snapshot_retention=_int(env, "TOPLIST_SNAPSHOT_RETENTION", base.snapshot_retention),
             load_batch_rows=_int(env, "TOPLIST_LOAD_BATCH_ROWS", base.load_batch_rows),
             cache_poll_seconds=_float(env, "TOPLIST_CACHE_POLL_SECONDS", base.cache_poll_seconds),
+            kafka_brokers=env.get("TOPLIST_KAFKA_BROKERS", base.kafka_brokers).strip(),
+            kafka_topic=env.get("TOPLIST_KAFKA_TOPIC") or base.kafka_topic,
+            kafka_group=env.get("TOPLIST_KAFKA_GROUP") or base.kafka_group,
+            kafka_consumers=_int(env, "TOPLIST_KAFKA_CONSUMERS", base.kafka_consumers),
+            kafka_batch_rows=_int(env, "TOPLIST_KAFKA_BATCH_ROWS", base.kafka_batch_rows),
+            kafka_batch_seconds=_float(
+                env, "TOPLIST_KAFKA_BATCH_SECONDS", base.kafka_batch_seconds
+            ),
         )
         return replace(config, **overrides) if overrides else config

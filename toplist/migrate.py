@@ -4,6 +4,12 @@ Each file holds one change, written with `IF NOT EXISTS`, and `${database}` wher
 database name goes. Applying is idempotent: a recorded migration is not run again, and a
 recorded one whose file has changed since is an error (migrations are never edited; add a
 new one instead).
+
+A migration whose first line is `-- requires: kafka_engine` is applied only where ClickHouse
+consumes Kafka itself (server mode with TOPLIST_KAFKA_BROKERS set); elsewhere it is left
+unapplied and unrecorded, so enabling Kafka later applies it. Such files may also use
+`${kafka_brokers}`, `${kafka_topic}`, `${kafka_group}` and `${kafka_consumers}`, rendered from
+the configuration (validated there, so they are safe inside SQL string literals).
 """
 
 from __future__ import annotations
@@ -42,13 +48,40 @@ class Migration:
     def checksum(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
-    def statements(self, database: str) -> list[str]:
-        return split_statements(render(self.text, database))
+    @property
+    def requires(self) -> str | None:
+        first = self.text.split("\n", 1)[0]
+        match = re.match(r"^--\s*requires:\s*(\w+)\s*$", first)
+        return match.group(1) if match else None
+
+    def wanted(self, config: Config) -> bool:
+        if self.requires is None:
+            return True
+        if self.requires == "kafka_engine":
+            return config.kafka_engine
+        raise MigrationError(f"{self.path.name} requires {self.requires!r}, which is unknown")
+
+    def statements(self, config: Config) -> list[str]:
+        return split_statements(render(self.text, config))
 
 
-def render(sql: str, database: str) -> str:
-    """Put the database name where `${database}` stands (nothing else is templated)."""
-    return sql.replace("${database}", database)
+def render(sql: str, config: Config) -> str:
+    """Fill in `${database}` and the Kafka settings; any other `${...}` is an error."""
+    values = {
+        "database": config.database,
+        "kafka_brokers": config.kafka_brokers,
+        "kafka_topic": config.kafka_topic,
+        "kafka_group": config.kafka_group,
+        "kafka_consumers": str(config.kafka_consumers),
+    }
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise MigrationError(f"unknown placeholder ${{{name}}} in a migration")
+        return values[name]
+
+    return re.sub(r"\$\{(\w+)\}", substitute, sql)
 
 
 def split_statements(sql: str) -> list[str]:
@@ -106,6 +139,8 @@ def migrate(client: Client, config: Config, sql_dir: Path = SQL_DIR) -> list[Mig
     done = applied(client, database)
     ran = []
     for migration in discover(sql_dir):
+        if not migration.wanted(config):
+            continue
         if migration.version in done:
             if done[migration.version] != migration.checksum:
                 raise MigrationError(
@@ -114,7 +149,7 @@ def migrate(client: Client, config: Config, sql_dir: Path = SQL_DIR) -> list[Mig
                 )
             continue
         log.info("applying %s", migration.path.name)
-        for statement in migration.statements(database):
+        for statement in migration.statements(config):
             client.command(statement)
         client.insert(
             f"{database}.schema_migrations",

@@ -1,0 +1,127 @@
+"""Server mode's Kafka engine DDL (sql/0009): rendered from configuration, parsed by ClickHouse.
+
+chDB cannot create a Kafka engine table, so the table statement is checked with ClickHouse's
+own parser (formatQuery), and its materialized view is run for real over a stand-in table
+that has the Kafka engine's virtual columns with their documented types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from toplist.config import Config, ConfigError
+from toplist.migrate import MigrationError, discover, render
+
+KAFKA_VIRTUAL_COLUMNS = """
+    message String,
+    _topic LowCardinality(String),
+    _key String,
+    _offset UInt64,
+    _partition UInt64,
+    _timestamp Nullable(DateTime),
+    _timestamp_ms Nullable(DateTime64(3)),
+    _raw_message String,
+    _error String
+"""
+
+
+def kafka_migration():
+    (migration,) = [m for m in discover() if m.requires == "kafka_engine"]
+    return migration
+
+
+def server_config(config: Config) -> Config:
+    return replace(
+        config,
+        clickhouse_url="http://clickhouse:8123",
+        kafka_brokers="kafka-1:9092,kafka-2:9092",
+        kafka_topic="listens",
+        kafka_group="toplist-prod",
+        kafka_consumers=4,
+    )
+
+
+def format_query(client, sql: str) -> str:
+    """ClickHouse's own parser: an error if `sql` does not parse, else the normalised text."""
+    return client.query("SELECT formatQuery({q:String})", parameters={"q": sql}).result_rows[0][0]
+
+
+def test_the_rendered_kafka_engine_table_parses_with_the_configured_settings(client, config):
+    server = server_config(config)
+    table, view = kafka_migration().statements(server)
+    formatted = format_query(client, table)
+    assert f"CREATE TABLE IF NOT EXISTS {config.database}.listens_kafka" in formatted
+    for setting in (
+        "ENGINE = Kafka",
+        "kafka_broker_list = 'kafka-1:9092,kafka-2:9092'",
+        "kafka_topic_list = 'listens'",
+        "kafka_group_name = 'toplist-prod'",
+        "kafka_format = 'JSONAsString'",
+        "kafka_num_consumers = 4",
+        "kafka_handle_error_mode = 'stream'",
+    ):
+        assert setting in formatted, f"{setting} missing from the rendered DDL"
+    assert "FROM " + config.database + ".listens_kafka" in format_query(client, view)
+
+
+def test_the_kafka_view_writes_the_columns_of_the_incoming_table(client, config):
+    db = config.database
+    _, view = kafka_migration().statements(server_config(config))
+    client.command(f"CREATE TABLE {db}.listens_kafka ({KAFKA_VIRTUAL_COLUMNS}) ENGINE = Null")
+    client.command(view)
+
+    described = client.query(f"DESCRIBE TABLE {db}.listens_kafka_mv").result_rows
+    incoming = client.query(f"DESCRIBE TABLE {db}.listens_incoming").result_rows
+    assert [(r[0], r[1]) for r in described] == [(r[0], r[1]) for r in incoming]
+
+    good = '{"event_id":"k1","song_id":"s","user_id":"u","country":"SE","event_time":1764590000000}'
+    client.command(
+        f"""
+        INSERT INTO {db}.listens_kafka
+        (message, _topic, _key, _offset, _partition, _timestamp_ms, _raw_message, _error) VALUES
+        ('{good}', 'listens', 'k1', 41, 3, fromUnixTimestamp64Milli(1764590000123), '', ''),
+        ('', 'listens', '', 42, 3, NULL, 'not json', 'Cannot parse JSON object')
+        """
+    )
+    listen = client.query(
+        f"SELECT event_id, _topic, _partition, _offset, toUnixTimestamp64Milli(_timestamp),"
+        f" _source FROM {db}.listens"
+    ).result_rows
+    assert listen == [("k1", "listens", 3, 41, 1764590000123, "kafka-engine")]
+    dead = client.query(
+        f"SELECT raw_message, _offset, _source FROM {db}.listens_dead_letters"
+    ).result_rows
+    assert dead == [("not json", 42, "kafka-engine")], "a broken message must be dead-lettered"
+
+
+def test_embedded_mode_leaves_the_kafka_engine_unapplied(client, config):
+    tables = client.command(
+        f"SELECT count() FROM system.tables WHERE database = '{config.database}'"
+        " AND name LIKE 'listens_kafka%'"
+    )
+    recorded = client.command(
+        f"SELECT count() FROM {config.database}.schema_migrations"
+        f" WHERE version = {kafka_migration().version}"
+    )
+    assert (tables, recorded) == (0, 0), "chDB cannot run the Kafka engine; it must be skipped"
+    assert not replace(config, kafka_brokers="127.0.0.1:9092").kafka_engine
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"TOPLIST_KAFKA_BROKERS": "kafka:9092' , kafka_format = 'CSV"},
+        {"TOPLIST_KAFKA_TOPIC": "listens'"},
+        {"TOPLIST_KAFKA_GROUP": "a group"},
+    ],
+)
+def test_kafka_settings_that_could_break_the_ddl_are_refused(overrides):
+    with pytest.raises(ConfigError):
+        Config.from_env(overrides)
+
+
+def test_an_unknown_placeholder_is_an_error(config):
+    with pytest.raises(MigrationError, match="unknown placeholder"):
+        render("CREATE TABLE ${database}.t (${colum} String)", config)
