@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from flask import Flask, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException
@@ -13,6 +14,9 @@ from api.metrics import Metrics
 from api.snapshots import SnapshotStore
 from toplist.config import Config
 from toplist.engine import connect
+
+if TYPE_CHECKING:
+    from ingest.consumer import KafkaIngest
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +32,13 @@ class ApiError(HTTPException):
 
 @dataclass
 class Toplist:
-    """What the request handlers share: configuration, the snapshot cache, the metrics."""
+    """What the request handlers share: configuration, the snapshot cache, the metrics, and
+    the embedded Kafka consumer when this process runs one."""
 
     config: Config
     store: SnapshotStore
     metrics: Metrics = field(default_factory=Metrics)
+    ingest: KafkaIngest | None = None
 
 
 def toplist() -> Toplist:
@@ -43,6 +49,7 @@ def create_app(
     config: Config | None = None,
     store: SnapshotStore | None = None,
     metrics: Metrics | None = None,
+    ingest: KafkaIngest | None = None,
 ) -> Flask:
     config = config or Config.from_env()
     store = store or SnapshotStore(
@@ -50,7 +57,7 @@ def create_app(
     )
     app = Flask(__name__)
     app.json.sort_keys = False
-    app.extensions["toplist"] = Toplist(config, store, metrics or Metrics())
+    app.extensions["toplist"] = Toplist(config, store, metrics or Metrics(), ingest)
 
     from api.charts import charts
     from api.health import health

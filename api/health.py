@@ -28,6 +28,15 @@ def healthz():  # type: ignore[no-untyped-def]
         }
     if state.metrics.last_publish_error:
         body["last_publish_error"] = state.metrics.last_publish_error
+    if state.ingest is not None:
+        status = state.ingest.status
+        body["kafka"] = {
+            "running": status.running,
+            "topic": state.config.kafka_topic,
+            "messages": status.messages,
+            "lag": sum(status.lag.values()),
+            "last_error": status.last_error,
+        }
     return jsonify(body)
 
 
@@ -76,6 +85,8 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
             float(dead_letters),
         )
     )
+    if state.ingest is not None:
+        gauges += state.ingest.gauges()
     snapshot = state.store.current()
     if snapshot is not None:
         age = (datetime.now(UTC) - snapshot.published_at).total_seconds()

@@ -42,3 +42,19 @@ def client(config: Config) -> Iterator[Client]:
     finally:
         client.command(f"DROP DATABASE IF EXISTS {config.database} SYNC")
         client.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory) -> Iterator[str]:
+    """A real Kafka broker: the one `.ci/run` started (TOPLIST_TEST_KAFKA_BROKERS), or our own."""
+    given = os.environ.get("TOPLIST_TEST_KAFKA_BROKERS")
+    if given:
+        yield given
+        return
+    from ingest.kafka_broker import start_broker
+
+    broker = start_broker(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()

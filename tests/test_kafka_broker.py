@@ -1,31 +1,65 @@
-"""The development Kafka broker: a real KRaft broker fetched with Maven and started here."""
+"""The development Kafka broker, restarted under a running consumer: ingestion resumes alone."""
 
 from __future__ import annotations
 
-from kafka import KafkaConsumer, KafkaProducer
+from dataclasses import replace
+from datetime import timedelta
 
+from kafka_support import create_topic, received, wait_for
+from reference import align
+from test_pipeline import AS_OF
+
+from ingest.consumer import KafkaIngest
+from ingest.generator import ListenGenerator
 from ingest.kafka_broker import start_broker
+from ingest.produce import produce_lines
+from toplist.engine import connect
 
 
-def test_broker_starts_round_trips_messages_and_survives_a_restart(tmp_path):
+def test_a_broker_restart_mid_stream_loses_nothing_and_ingestion_resumes(tmp_path, client, config):
     broker = start_broker(tmp_path / "kafka")
     try:
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
-        producer.send("listens", key=b"evt-1", value=b'{"event_id": "evt-1"}').get(timeout=30)
-        broker.stop()
-        broker.start()
-        producer.send("listens", key=b"evt-2", value=b'{"event_id": "evt-2"}').get(timeout=60)
-        producer.close()
-        consumer = KafkaConsumer(
-            "listens",
-            bootstrap_servers=broker.bootstrap,
-            auto_offset_reset="earliest",
-            consumer_timeout_ms=15_000,
+        config = replace(
+            config,
+            kafka_brokers=broker.bootstrap,
+            kafka_batch_rows=1_000,
+            kafka_batch_seconds=0.2,
         )
-        values = sorted(message.value for message in consumer)
-        consumer.close()
-        assert values == [b'{"event_id": "evt-1"}', b'{"event_id": "evt-2"}'], (
-            "a message was lost across a broker restart"
+        create_topic(broker.bootstrap, config.kafka_topic)
+        aligned = align(AS_OF)
+        generator = ListenGenerator(seed=31)
+        before = generator.batch(3_000, aligned - timedelta(days=1), aligned, malformed=2)
+        after = generator.batch(
+            3_000,
+            aligned - timedelta(days=1),
+            aligned,
+            retry_fraction=0.1,
+            retry_from=before.listens,
+        )
+        ingest = KafkaIngest(config, connect).start()
+        try:
+            produce_lines(broker.bootstrap, config.kafka_topic, before.lines)
+            wait_for(
+                lambda: received(client, config.database) == len(before.lines), 60, "the first half"
+            )
+            broker.stop()  # the consumer keeps running and sees the broker go away
+            wait_for(lambda: ingest.status.last_error is not None, 30, "the consumer to notice")
+            broker.start()  # same port, same log directory
+            produce_lines(broker.bootstrap, config.kafka_topic, after.lines)
+            wait_for(
+                lambda: received(client, config.database) >= len(before.lines + after.lines),
+                120,
+                "ingestion to resume by itself after the restart",
+            )
+        finally:
+            ingest.stop()
+        assert ingest.status.running is False
+        counts = client.query(
+            f"SELECT (SELECT count() FROM {config.database}.listens),"
+            f" (SELECT count() FROM {config.database}.listens_dead_letters)"
+        ).result_rows[0]
+        assert counts == (len(before.listens) + len(after.listens), before.malformed), (
+            "totals after a broker restart differ from what was sent"
         )
     finally:
         broker.stop()

@@ -139,13 +139,34 @@ def cmd_dbt(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _kafka_ingest(config: Config):  # -> KafkaIngest
+    """The embedded consumer, started; only the embedded engine needs it."""
+    from ingest.consumer import KafkaIngest
+
+    if not config.kafka_brokers:
+        raise ConfigError("--ingest needs TOPLIST_KAFKA_BROKERS (host:port of the Kafka broker)")
+    if not config.embedded:
+        raise ConfigError(
+            "--ingest is for the embedded engine; in server mode ClickHouse's Kafka engine"
+            " consumes the topic (sql/0009, applied by `toplist migrate`)"
+        )
+    _say(f"consuming Kafka topic {config.kafka_topic} from {config.kafka_brokers}")
+    return KafkaIngest(config, connect).start()
+
+
 def _serve(
-    config: Config, host: str, port: int, publish_every: float | None, banner: str | None = None
+    config: Config,
+    host: str,
+    port: int,
+    publish_every: float | None,
+    banner: str | None = None,
+    ingest: bool = False,
 ) -> int:
     from api.app import create_app
     from api.scheduler import start_scheduler
 
-    app = create_app(config)
+    consumer = _kafka_ingest(config) if ingest else None
+    app = create_app(config, ingest=consumer)
     state = app.extensions["toplist"]
     scheduler = None
     if publish_every:
@@ -158,6 +179,8 @@ def _serve(
 
         run_simple(host, port, app, threaded=True)
     finally:
+        if consumer:
+            consumer.stop()
         if scheduler:
             scheduler.shutdown(wait=True)
         state.store.close()
@@ -169,12 +192,40 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
 
     with session(config) as client:
         migrate(client, config)
-    return _serve(config, args.host, args.port, args.publish_every)
+    return _serve(config, args.host, args.port, args.publish_every, ingest=args.ingest)
+
+
+def cmd_produce(args: argparse.Namespace, config: Config) -> int:
+    from ingest.load import read_lines
+    from ingest.produce import ProduceResult, produce_lines
+
+    brokers = args.brokers or config.kafka_brokers
+    if not brokers:
+        raise ConfigError("set TOPLIST_KAFKA_BROKERS or pass --brokers host:port")
+    topic = args.topic or config.kafka_topic
+    stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    started = time.monotonic()
+
+    def progress(result: ProduceResult) -> None:
+        rate = result.sent / max(time.monotonic() - started, 1e-9)
+        _say(f"  {result.sent:,} sent · {result.acked:,} acknowledged ({rate:,.0f}/s)")
+
+    _say(f"producing to {topic} at {brokers} (acks=all, idempotent, keyed by event_id)")
+    with stream:
+        result = produce_lines(brokers, topic, read_lines(stream), progress=progress)
+    print(
+        f"sent {result.sent:,} · acknowledged {result.acked:,} · failed {result.failed:,}"
+        f" · unsettled {result.unsettled:,} · without event_id (unkeyed) {result.unkeyed:,}"
+    )
+    for error in result.errors:
+        _say(f"  error: {error}")
+    return 0 if result.acked == result.sent else 1
 
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
     from ingest.generator import ListenGenerator, demo_stream
     from ingest.load import load_lines
+    from ingest.produce import event_key
     from toplist.migrate import migrate
 
     config = replace(
@@ -197,13 +248,25 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     )
 
     stop = threading.Event()
+    kafka = bool(config.kafka_brokers)
+    if kafka:
+        from ingest.produce import producer
+
+        demo_producer = producer(config.kafka_brokers)
+
+    def send(lines: list[str]) -> None:
+        if kafka:
+            for line in lines:
+                demo_producer.send(config.kafka_topic, line.encode(), key=event_key(line.encode()))
+        else:
+            load_lines(client, config.database, lines, source="demo")
 
     def stream_demo_events() -> None:
         for lines in demo_stream(seed=int(now.timestamp()) + 1, per_second=args.rate):
             if stop.is_set():
                 break
             try:
-                load_lines(client, config.database, lines, source="demo")
+                send(lines)
             except Exception:
                 log.exception("demo ingest batch failed")
             stop.wait(1.0)
@@ -211,8 +274,9 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     streamer = threading.Thread(target=stream_demo_events, name="demo-stream", daemon=True)
     streamer.start()
     url = f"http://{args.host}:{args.port}"
+    via = f" through Kafka ({config.kafka_brokers})" if kafka else ""
     banner = (
-        f"\nToplist is running (embedded). Streaming ~{args.rate} demo events/s,"
+        f"\nToplist is running (embedded). Streaming ~{args.rate} demo events/s{via},"
         f" publishing every {args.publish_every:g} s.\n"
         f"  web page:   {url}/\n"
         f"  a chart:    {url}/v1/charts/global?window=24h&k=10\n"
@@ -220,10 +284,12 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
         "Press Ctrl-C to stop.\n"
     )
     try:
-        return _serve(config, args.host, args.port, args.publish_every, banner)
+        return _serve(config, args.host, args.port, args.publish_every, banner, ingest=kafka)
     finally:
         stop.set()
         streamer.join(timeout=5)
+        if kafka:
+            demo_producer.close(timeout=10)
         client.close()
 
 
@@ -309,7 +375,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="also publish snapshots on this interval (embedded: the one process"
         " that owns the data directory must do it)",
     )
+    serve.add_argument(
+        "--ingest",
+        action="store_true",
+        help="also consume the Kafka topic (TOPLIST_KAFKA_BROKERS) into the embedded engine",
+    )
     serve.set_defaults(handler=cmd_serve)
+
+    produce = commands.add_parser(
+        "produce",
+        help="send listen events from a JSON-lines file to Kafka",
+        description="Send each line of FILE as one Kafka message (acks=all, idempotent,"
+        " keyed by event_id so a viral song spreads over all partitions); print the counts."
+        " Exit status 1 if any message was not acknowledged.",
+    )
+    produce.add_argument("file", help="a JSON-lines file, or - for standard input")
+    produce.add_argument("--brokers", help="host:port[,...] (default TOPLIST_KAFKA_BROKERS)")
+    produce.add_argument("--topic", help="topic (default TOPLIST_KAFKA_TOPIC, i.e. listens)")
+    produce.set_defaults(handler=cmd_produce)
 
     void = commands.add_parser(
         "void",
