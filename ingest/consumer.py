@@ -7,15 +7,23 @@ engine feeds in server mode and `toplist load` writes to. Nothing is parsed here
 behind the incoming table validates, dedups and dead-letters (sql/0002..0004).
 
 Delivery: offsets are committed only after ClickHouse has accepted the batch that holds them.
-A crash between the insert and the commit redelivers that batch, and the exact dedup on
-event_id makes the second copy a counted duplicate, so counts stay exactly-once.
+Commits are asynchronous (a synchronous commit blocks for as long as the broker is away, and
+the consumer must keep serving the client's callbacks to notice and report that); a failed
+commit puts its offsets back to be committed again, and a clean stop waits a bounded time for
+the last one.
+Each batch is written all or nothing (`ingest.load.write_batch`): a batch a crash cut off is
+repaired before the consumer takes anything (`repair_unfinished`), and the offsets each applied
+batch covers are recorded beside it, so messages redelivered after a crash between the write
+and the commit are skipped rather than applied again. (Were they applied again, the exact
+dedup on event_id would keep the counts right, but a malformed message would be
+dead-lettered twice.)
 
 Batching and back-pressure: messages are gathered until `kafka_batch_rows` or
 `kafka_batch_seconds`, then inserted synchronously; nothing more is taken from the client
 until the insert returns, and librdkafka's prefetch queue is bounded
 (`queued.max.messages.kbytes`), so memory stays bounded however far behind the consumer is:
 the backlog waits in Kafka. A failed insert rewinds the batch's partitions to its first
-offsets and retries with backoff; nothing is skipped.
+offsets, repairs what the failure left, and retries with backoff; nothing is skipped.
 
 Client: confluent-kafka (librdkafka). Measured beside kafka-python on this machine
 (`python -m bench.kafka_clients`), it consumed ~5x as many messages per second (see
@@ -36,21 +44,14 @@ from dataclasses import dataclass, field
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
+from ingest.load import applied_offsets, repair_unfinished, write_batch
 from toplist.config import Config
 
 log = logging.getLogger(__name__)
 
-KAFKA_COLUMNS = [
-    "raw_message",
-    "_topic",
-    "_partition",
-    "_offset",
-    "_timestamp",
-    "_source",
-    "_batch_id",
-]
 SOURCE = "kafka"
 _LAG_EVERY_SECONDS = 2.0
+_CLOSE_WAIT_SECONDS = 10.0  # a clean stop waits this long for its last commit
 
 
 @dataclass
@@ -99,6 +100,7 @@ class ConsumerStatus:
     batches: int = 0
     failed_batches: int = 0
     failed_commits: int = 0
+    repaired_batches: int = 0
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
     last_error: str | None = None
     last_batch_at: float | None = None
@@ -138,6 +140,7 @@ class KafkaIngest:
             "fetch.max.bytes": 32 * 1024 * 1024,
             "max.poll.interval.ms": 300_000,
             "error_cb": self._on_client_error,
+            "on_commit": self._on_commit,
             **(client_options or {}),
         }
         self.status = ConsumerStatus()
@@ -145,6 +148,11 @@ class KafkaIngest:
         self._thread: threading.Thread | None = None
         self._uncommitted: dict[tuple[str, int], int] = {}
         self._committed: dict[tuple[str, int], int] = {}
+        self._in_flight: dict[tuple[str, int], int] = {}  # sent, not yet acknowledged
+        self._next_commit = 0.0  # after a failed commit, not before this (monotonic)
+        # Per partition, the offset up to which batches are applied (listens_incoming_done).
+        self._applied: dict[tuple[str, int], int] = {}
+        self._needs_repair = True
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -173,7 +181,11 @@ class KafkaIngest:
             nonlocal batch
             batch = self._flush(client, consumer, batch)
 
-        consumer.subscribe([self.config.kafka_topic], on_revoke=on_revoke)
+        def on_assign(_consumer, _partitions) -> None:
+            # Another member may have applied more of these partitions since we last looked.
+            self._needs_repair = True
+
+        consumer.subscribe([self.config.kafka_topic], on_assign=on_assign, on_revoke=on_revoke)
         self.status.running = True
         log.info(
             "consuming %s from %s as group %s",
@@ -184,27 +196,32 @@ class KafkaIngest:
         next_lag = 0.0
         try:
             while not self._stop.is_set():
+                if self._needs_repair and not self._repair(client):
+                    self._stop.wait(self._backoff)
+                    continue
                 room = self.config.kafka_batch_rows - len(batch)
                 for message in consumer.consume(num_messages=min(room, 10_000), timeout=0.2):
                     error = message.error()
-                    if error is None:
+                    if error is not None:
+                        if error.code() != KafkaError._PARTITION_EOF:
+                            self._record_error(f"consume: {error}")
+                    elif not self._already_applied(message):
                         batch.add(message)
-                    elif error.code() != KafkaError._PARTITION_EOF:
-                        self._record_error(f"consume: {error}")
                 full = len(batch) >= self.config.kafka_batch_rows
                 due = batch and time.monotonic() - batch.started >= self.config.kafka_batch_seconds
                 if full or due:
                     batch = self._flush(client, consumer, batch)
-                elif self._uncommitted:
+                elif self._uncommitted and time.monotonic() >= self._next_commit:
                     self._commit(consumer)
                 if time.monotonic() >= next_lag:
                     self._update_lag(consumer)
                     next_lag = time.monotonic() + _LAG_EVERY_SECONDS
             # A clean stop: what was taken is written and committed before leaving. (If that
             # insert fails, nothing is committed and Kafka redelivers the batch next time.)
-            batch = self._flush(client, consumer, batch)
-            if self._uncommitted:
-                self._commit(consumer)
+            if not self._needs_repair:
+                batch = self._flush(client, consumer, batch)
+            self._commit(consumer)
+            self._drain_commits(consumer, _CLOSE_WAIT_SECONDS)
         finally:
             self.status.running = False
             try:
@@ -216,29 +233,28 @@ class KafkaIngest:
     # -- one batch -------------------------------------------------------------------------
 
     def _flush(self, client: Client, consumer: Consumer, batch: _Batch) -> _Batch:
-        """Insert the batch, then commit its offsets. Returns the batch still to write."""
+        """Write the batch, then commit its offsets. Returns the batch still to write."""
         if not len(batch):
             return batch
-        batch_id = uuid.uuid4()
         try:
-            client.insert(
-                f"{self.config.database}.listens_incoming",
-                [
-                    batch.raw,
-                    batch.topics,
-                    batch.partitions,
-                    batch.offsets,
-                    batch.timestamps,
-                    [SOURCE] * len(batch),
-                    [batch_id] * len(batch),
-                ],
-                column_names=KAFKA_COLUMNS,
-                column_oriented=True,
+            write_batch(
+                client,
+                self.config.database,
+                uuid.uuid4(),
+                {
+                    "raw_message": batch.raw,
+                    "_topic": batch.topics,
+                    "_partition": batch.partitions,
+                    "_offset": batch.offsets,
+                    "_timestamp": batch.timestamps,
+                    "_source": [SOURCE] * len(batch),
+                },
             )
-        except Exception as error:  # the engine refused: rewind, wait, take them again
+        except Exception as error:  # the engine refused: rewind, repair, take them again
             self.status.failed_batches += 1
             self._record_error(f"insert of {len(batch)} messages failed: {error}")
             self._rewind(consumer, batch)
+            self._needs_repair = True
             self._stop.wait(self._backoff)
             return _Batch()
         self.status.messages += len(batch)
@@ -246,8 +262,33 @@ class KafkaIngest:
         self.status.last_batch_at = time.time()
         for key, offset in batch.next_offsets().items():
             self._uncommitted[key] = max(self._uncommitted.get(key, -1), offset)
+            self._applied[key] = max(self._applied.get(key, 0), offset)
         self._commit(consumer)
         return _Batch()
+
+    def _repair(self, client: Client) -> bool:
+        """Finish any batch a crash or failed insert cut off; learn the applied offsets."""
+        try:
+            repaired = repair_unfinished(
+                client, self.config.database, self.config.repair_after_seconds
+            )
+            self._applied = applied_offsets(client, self.config.database, self.config.kafka_topic)
+        except Exception as error:  # the stored batch could not be applied yet: a failed retry
+            self.status.failed_batches += 1
+            self._record_error(f"repair of unfinished batches failed (will retry): {error}")
+            return False
+        self.status.repaired_batches += len(repaired)
+        self._needs_repair = False
+        return True
+
+    def _already_applied(self, message) -> bool:
+        """A message an applied batch holds (redelivered because its commit was lost)."""
+        key = (message.topic(), message.partition())
+        applied = self._applied.get(key, 0)
+        if message.offset() >= applied:
+            return False
+        self._uncommitted[key] = max(self._uncommitted.get(key, -1), applied)
+        return True
 
     def _rewind(self, consumer: Consumer, batch: _Batch) -> None:
         for (topic, partition), offset in batch.first.items():
@@ -258,23 +299,68 @@ class KafkaIngest:
                 log.info("could not rewind %s[%d]: %s", topic, partition, error)
 
     def _commit(self, consumer: Consumer) -> None:
-        """Commit written offsets; on failure keep them and try again after the next batch."""
+        """Send the written offsets to the group coordinator; `_on_commit` hears the answer."""
+        if not self._uncommitted:
+            return
         offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self._uncommitted.items())]
         try:
-            consumer.commit(offsets=offsets, asynchronous=False)
+            consumer.commit(offsets=offsets, asynchronous=True)
         except KafkaException as error:
-            self.status.failed_commits += 1
-            self._record_error(f"commit failed (the rows are written; will retry): {error}")
-            if error.args and error.args[0].code() in (
-                KafkaError.UNKNOWN_MEMBER_ID,
-                KafkaError.ILLEGAL_GENERATION,
-                KafkaError.REBALANCE_IN_PROGRESS,
-            ):
-                # Those partitions belong to someone else now; they will redeliver and dedup.
-                self._uncommitted.clear()
+            self._commit_failed(f"{error}")
             return
-        self._committed.update(self._uncommitted)
+        for key, offset in self._uncommitted.items():
+            self._in_flight[key] = max(self._in_flight.get(key, -1), offset)
         self._uncommitted.clear()
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """The coordinator's answer to a commit (served from `consume`, on this thread)."""
+        failed: list[tuple[tuple[str, int], int]] = []
+        for part in partitions:
+            key = (part.topic, part.partition)
+            if error is None and part.error is None:
+                self._committed[key] = max(self._committed.get(key, -1), part.offset)
+            else:
+                failed.append((key, part.offset))
+            if self._in_flight.get(key, -1) <= part.offset:
+                self._in_flight.pop(key, None)
+        if not failed:
+            return
+        reason = error or next(p.error for p in partitions if p.error is not None)
+        if reason.code() in (
+            KafkaError.UNKNOWN_MEMBER_ID,
+            KafkaError.ILLEGAL_GENERATION,
+            KafkaError.REBALANCE_IN_PROGRESS,
+        ):
+            # Those partitions belong to someone else now; they will redeliver and skip.
+            self._commit_failed(f"{reason}")
+            return
+        for key, offset in failed:  # the rows are written: commit them again later
+            if offset > self._committed.get(key, -1):
+                self._uncommitted[key] = max(self._uncommitted.get(key, -1), offset)
+        self._commit_failed(f"{reason}")
+
+    def _commit_failed(self, reason: str) -> None:
+        self.status.failed_commits += 1
+        self._record_error(f"commit failed (the rows are written; will retry): {reason}")
+        self._next_commit = time.monotonic() + self._backoff
+
+    def _drain_commits(self, consumer: Consumer, timeout: float) -> None:
+        """On a clean stop, wait up to `timeout` for the last commit's answer (retrying it).
+
+        Messages that arrive meanwhile are not taken: they are not committed, so Kafka gives
+        them back next time.
+        """
+        deadline = time.monotonic() + timeout
+        while (self._in_flight or self._uncommitted) and time.monotonic() < deadline:
+            if self._uncommitted and time.monotonic() >= self._next_commit:
+                self._commit(consumer)
+            consumer.poll(0.1)
+        if self._in_flight or self._uncommitted:
+            log.warning(
+                "stopping with offsets not committed (the broker did not answer in %g s);"
+                " the messages are written and will be skipped when redelivered",
+                timeout,
+            )
 
     # -- observation -----------------------------------------------------------------------
 
@@ -333,12 +419,15 @@ class KafkaIngest:
         for outcome, value in (
             ("written", status.batches),
             ("failed", status.failed_batches),
+            ("repaired", status.repaired_batches),
         ):
             gauges.append(
                 (
                     "toplist_kafka_batches_total",
                     "counter",
-                    "Consumer batches by outcome (a failed batch is rewound and retried).",
+                    "Consumer batches by outcome (failed: an insert or a repair attempt that failed"
+                    " and is retried; repaired: finished after a crash or a failed insert had"
+                    " cut it off).",
                     {"outcome": outcome},
                     float(value),
                 )

@@ -2,26 +2,53 @@
 
 Nothing is parsed here: validation, dedup and dead-lettering happen in SQL behind the
 incoming table (sql/0002..0004), so a line loaded from a file meets exactly the rules a
-Kafka message meets. This module only batches lines and reports what became of them.
+Kafka message meets. This module batches lines, reports what became of them, and makes each
+batch all or nothing:
+
+1. the batch is stored in `listens_incoming_log` (one insert, one part: all or nothing);
+2. the chain behind `listens_incoming` runs from the stored copy (INSERT ... SELECT);
+3. the batch is recorded in `listens_incoming_done`, with the Kafka offsets it covers.
+
+ClickHouse commits each table of the chain in step 2 separately, so a process killed during
+it can leave the batch half applied (counted in the aggregates and not in `listens`, say).
+A stored batch that is not recorded as done is repaired by the next writer before it writes
+(`repair_unfinished`): what the batch left in `listens`, `listen_ids`, the dead letters and the
+batch counts is deleted, the batch is applied again from its stored copy, and the buckets its
+events fall in are recounted from raw. Repairing is idempotent, so a crash during a repair is
+repaired in turn.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from clickhouse_connect.driver.client import Client
 
-INCOMING_COLUMNS = ["raw_message", "_source", "_batch_id"]
+from toplist.corrections import recount_buckets
+
+log = logging.getLogger(__name__)
+
+INCOMING_COLUMNS = [
+    "raw_message",
+    "_topic",
+    "_partition",
+    "_offset",
+    "_timestamp",
+    "_source",
+    "_batch_id",
+    "_received_at",
+]
 
 
 @dataclass
 class LoadResult:
     """What became of one load: read = accepted + duplicates + rejected."""
 
-    batch_id: uuid.UUID
+    batch_ids: list[uuid.UUID] = field(default_factory=list)
     read: int = 0
     accepted: int = 0
     rejected: int = 0
@@ -32,7 +59,7 @@ class LoadResult:
 
     def as_dict(self) -> dict[str, int | str]:
         return {
-            "batch_id": str(self.batch_id),
+            "batches": len(self.batch_ids),
             "read": self.read,
             "accepted": self.accepted,
             "duplicates": self.duplicates,
@@ -58,17 +85,120 @@ def _chunks(lines: Iterable[bytes | str], size: int) -> Iterator[list[bytes]]:
         yield chunk
 
 
-def batch_counts(client: Client, database: str, batch_id: uuid.UUID) -> tuple[int, int, int]:
-    """(received, accepted, rejected) recorded for one batch by the ingest_batches views."""
+def batch_counts(client: Client, database: str, batch_ids: list[uuid.UUID]) -> tuple[int, int, int]:
+    """(received, accepted, rejected) recorded for these batches by the ingest_batches views."""
     row = client.query(
         f"""
         SELECT sum(received), sum(accepted), sum(rejected)
         FROM {database}.ingest_batches
-        WHERE _batch_id = {{batch_id:UUID}}
+        WHERE _batch_id IN {{batch_ids:Array(UUID)}}
         """,
-        parameters={"batch_id": batch_id},
+        parameters={"batch_ids": batch_ids},
     ).result_rows[0]
     return int(row[0]), int(row[1]), int(row[2])
+
+
+def write_batch(
+    client: Client, database: str, batch_id: uuid.UUID, columns: dict[str, list]
+) -> None:
+    """Store one batch (column name -> values; _batch_id is added), apply it, record it done."""
+    columns = {**columns, "_batch_id": [batch_id] * len(next(iter(columns.values())))}
+    client.insert(
+        f"{database}.listens_incoming_log",
+        list(columns.values()),
+        column_names=list(columns),
+        column_oriented=True,
+    )
+    _apply(client, database, batch_id)
+    _record_done(client, database, batch_id, repaired=False)
+
+
+def _apply(client: Client, database: str, batch_id: uuid.UUID) -> None:
+    names = ", ".join(INCOMING_COLUMNS)
+    # One reading thread keeps the stored order, so the first copy of a repeated id wins.
+    client.command(
+        f"""
+        INSERT INTO {database}.listens_incoming ({names})
+        SELECT {names} FROM {database}.listens_incoming_log WHERE _batch_id = {{batch_id:UUID}}
+        SETTINGS max_threads = 1
+        """,
+        parameters={"batch_id": batch_id},
+    )
+
+
+def _record_done(client: Client, database: str, batch_id: uuid.UUID, repaired: bool) -> None:
+    client.command(
+        f"""
+        INSERT INTO {database}.listens_incoming_done
+            (_batch_id, _topic, _partition, next_offset, repaired)
+        SELECT _batch_id, _topic, _partition, max(_offset) + 1, {{repaired:Bool}}
+        FROM {database}.listens_incoming_log
+        WHERE _batch_id = {{batch_id:UUID}}
+        GROUP BY _batch_id, _topic, _partition
+        """,
+        parameters={"batch_id": batch_id, "repaired": repaired},
+    )
+
+
+def applied_offsets(client: Client, database: str, topic: str) -> dict[tuple[str, int], int]:
+    """Per partition of `topic`, the offset up to which messages are in applied batches."""
+    rows = client.query(
+        f"""
+        SELECT _partition, max(next_offset) FROM {database}.listens_incoming_done
+        WHERE _topic = {{topic:String}}
+        GROUP BY _partition
+        """,
+        parameters={"topic": topic},
+    ).result_rows
+    return {(topic, int(partition)): int(offset) for partition, offset in rows}
+
+
+def unfinished_batches(client: Client, database: str, older_than_seconds: float = 0) -> list:
+    """Stored batches not recorded as done, oldest first (only those stored that long ago)."""
+    rows = client.query(
+        f"""
+        SELECT _batch_id FROM {database}.listens_incoming_log
+        WHERE _batch_id NOT IN (SELECT _batch_id FROM {database}.listens_incoming_done)
+        GROUP BY _batch_id
+        HAVING max(_received_at) <= now64(3) - toIntervalMillisecond({{age:UInt64}})
+        ORDER BY min(_received_at)
+        """,
+        parameters={"age": int(older_than_seconds * 1000)},
+    ).result_rows
+    return [batch_id for (batch_id,) in rows]
+
+
+def repair_unfinished(
+    client: Client, database: str, older_than_seconds: float = 0
+) -> list[uuid.UUID]:
+    """Undo and re-apply every batch a crash cut off; returns their ids.
+
+    Only one writer may run it at a time (in embedded mode there is one process). With
+    concurrent writers on a server, `older_than_seconds` keeps it off batches still in flight.
+    """
+    repaired = []
+    for batch_id in unfinished_batches(client, database, older_than_seconds):
+        params = {"batch_id": batch_id}
+        ids = (
+            f"SELECT JSONExtractString(raw_message, 'event_id')"
+            f" FROM {database}.listens_incoming_log WHERE _batch_id = {{batch_id:UUID}}"
+        )
+        for statement in (
+            f"DELETE FROM {database}.listens WHERE event_id IN ({ids})"
+            " AND _batch_id = {batch_id:UUID}",
+            # Ids the batch put in listen_ids without its listens row reaching `listens`.
+            f"DELETE FROM {database}.listen_ids WHERE event_id IN ({ids}) AND event_id NOT IN"
+            f" (SELECT event_id FROM {database}.listens WHERE event_id IN ({ids}))",
+            f"DELETE FROM {database}.listens_dead_letters WHERE _batch_id = {{batch_id:UUID}}",
+            f"DELETE FROM {database}.ingest_batches WHERE _batch_id = {{batch_id:UUID}}",
+        ):
+            client.command(statement, parameters=params)
+        _apply(client, database, batch_id)
+        recount_buckets(client, database, ids, params)
+        _record_done(client, database, batch_id, repaired=True)
+        log.warning("repaired batch %s, which a crash had left unfinished", batch_id)
+        repaired.append(batch_id)
+    return repaired
 
 
 def load_lines(
@@ -79,27 +209,32 @@ def load_lines(
     source: str = "load",
     batch_rows: int = 50_000,
     progress: Callable[[int], None] | None = None,
+    repair_older_than_seconds: float = 0,
 ) -> LoadResult:
     """Insert lines into the incoming table in batches; return the counts of the whole load.
 
-    All batches of one load share a batch id, so the counts cover the whole load. Inserts are
-    synchronous: when this returns, every line is either in the raw table, recognised as a
-    duplicate, or in the dead-letter table.
+    First repairs any batch a crash cut off. Each batch is all or nothing (see the module
+    docstring); when this returns, every line is either in the raw table, recognised as a
+    duplicate, or in the dead-letter table. A load cut off part-way is resumed by loading
+    the same lines again: what was already accepted counts as duplicates.
     """
-    result = LoadResult(batch_id=uuid.uuid4())
+    repair_unfinished(client, database, repair_older_than_seconds)
+    result = LoadResult()
     for chunk in _chunks(lines, batch_rows):
-        client.insert(
-            f"{database}.listens_incoming",
-            [[line, source, result.batch_id] for line in chunk],
-            column_names=INCOMING_COLUMNS,
+        batch_id = uuid.uuid4()
+        write_batch(
+            client, database, batch_id, {"raw_message": chunk, "_source": [source] * len(chunk)}
         )
+        result.batch_ids.append(batch_id)
         result.read += len(chunk)
         if progress:
             progress(result.read)
-    received, result.accepted, result.rejected = batch_counts(client, database, result.batch_id)
+    if not result.batch_ids:
+        return result
+    received, result.accepted, result.rejected = batch_counts(client, database, result.batch_ids)
     if received != result.read:
         raise RuntimeError(
-            f"the engine recorded {received} messages for batch {result.batch_id},"
+            f"the engine recorded {received} messages for {len(result.batch_ids)} batches,"
             f" but {result.read} were sent"
         )
     return result

@@ -254,6 +254,37 @@ CREATE TABLE ${database}.listens_incoming
 )
 ENGINE = `Null`;
 
+CREATE TABLE ${database}.listens_incoming_done
+(
+    `_batch_id` UUID,
+    `_topic` LowCardinality(String),
+    `_partition` Int32,
+    `next_offset` Int64,
+    `repaired` Bool DEFAULT false,
+    `done_at` DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = MergeTree
+ORDER BY (_topic, _partition, _batch_id)
+TTL toDateTime(done_at) + toIntervalDay(7)
+SETTINGS index_granularity = 8192;
+
+CREATE TABLE ${database}.listens_incoming_log
+(
+    `raw_message` String,
+    `_topic` LowCardinality(String) DEFAULT '',
+    `_partition` Int32 DEFAULT -1,
+    `_offset` Int64 DEFAULT -1,
+    `_timestamp` Nullable(DateTime64(3, 'UTC')),
+    `_source` LowCardinality(String) DEFAULT 'load',
+    `_batch_id` UUID,
+    `_received_at` DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMMDD(_received_at)
+ORDER BY _batch_id
+TTL toDateTime(_received_at) + toIntervalDay(7)
+SETTINGS ttl_only_drop_parts = 1, index_granularity = 8192;
+
 CREATE MATERIALIZED VIEW ${database}.listens_mv TO ${database}.listens
 (
     `event_id` String,

@@ -71,6 +71,7 @@ def cmd_load(args: argparse.Namespace, config: Config) -> int:
             read_lines(stream),
             batch_rows=config.load_batch_rows,
             progress=progress,
+            repair_older_than_seconds=config.repair_after_seconds,
         )
     print(
         f"read {result.read:,} · accepted {result.accepted:,} · duplicates"

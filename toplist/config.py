@@ -72,6 +72,8 @@ class Config:
     kafka_consumers: int = 1
     kafka_batch_rows: int = 50_000
     kafka_batch_seconds: float = 1.0
+    # Raw messages as received, kept for audit, replay and crash repair (sql/0010).
+    incoming_log_days: int = 7
     dbt_project_dir: Path = PROJECT_ROOT
     dbt_profiles_dir: Path = PROJECT_ROOT / "dbt_project"
 
@@ -109,6 +111,15 @@ class Config:
         """Server mode with brokers configured: ClickHouse's Kafka engine consumes the topic."""
         return bool(self.kafka_brokers) and not self.embedded
 
+    @property
+    def repair_after_seconds(self) -> float:
+        """How old an unfinished batch must be before a writer repairs it (ingest/load.py).
+
+        Embedded, one process owns the data: any unfinished batch was cut off. On a server,
+        other writers may have batches in flight, so only batches five minutes old are.
+        """
+        return 0.0 if self.embedded else 300.0
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Config:
         env = dict(os.environ if env is None else env)
@@ -138,5 +149,6 @@ class Config:
             kafka_batch_seconds=_float(
                 env, "TOPLIST_KAFKA_BATCH_SECONDS", base.kafka_batch_seconds
             ),
+            incoming_log_days=_int(env, "TOPLIST_INCOMING_LOG_DAYS", base.incoming_log_days),
         )
         return replace(config, **overrides) if overrides else config

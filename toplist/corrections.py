@@ -82,6 +82,60 @@ def void_events(client: Client, database: str, event_ids: list[str], reason: str
     return result
 
 
+def _counted(database: str, where: str) -> str:
+    """What `listens_by_10m` must hold for the events matching `where`: raw minus voids.
+
+    The one definition of a correct aggregate, shared by the rebuild and the recount. `where`
+    may use event_time (both `listens` and `listen_voids` have it) and query parameters.
+    """
+    return f"""
+        SELECT
+            toplist_bucket_start(counted.event_time) AS bucket_start,
+            counted.country AS country,
+            counted.song_id AS song_id,
+            toInt64(count()) AS listens
+        FROM (
+            SELECT event_id, song_id, country, event_time
+            FROM {database}.listens FINAL
+            WHERE {where}
+        ) AS counted
+        LEFT ANTI JOIN (
+            SELECT DISTINCT event_id FROM {database}.listen_voids WHERE {where}
+        ) AS voided ON counted.event_id = voided.event_id
+        GROUP BY bucket_start, country, song_id
+    """
+
+
+def recount_buckets(client: Client, database: str, event_ids: str, parameters: dict) -> None:
+    """Make the buckets holding these events (an SQL subquery of ids) equal to raw minus voids.
+
+    Inserts the difference, so the aggregate stays readable throughout and a recount that is
+    repeated changes nothing. Used to repair a batch that a crash left half applied; it
+    assumes no other writer adds to those buckets meanwhile.
+    """
+    buckets = f"""
+        SELECT DISTINCT toplist_bucket_start(event_time) FROM {database}.listens
+        WHERE event_id IN ({event_ids})
+    """
+    in_buckets = f"toplist_bucket_start(event_time) IN ({buckets})"
+    client.command(
+        f"""
+        INSERT INTO {database}.listens_by_10m (bucket_start, country, song_id, listens)
+        SELECT bucket_start, country, song_id, sumState(truth.listens - held.listens)
+        FROM ({_counted(database, in_buckets)}) AS truth
+        FULL OUTER JOIN (
+            SELECT bucket_start, country, song_id, sumMerge(listens) AS listens
+            FROM {database}.listens_by_10m
+            WHERE bucket_start IN ({buckets})
+            GROUP BY bucket_start, country, song_id
+        ) AS held USING (bucket_start, country, song_id)
+        WHERE truth.listens != held.listens
+        GROUP BY bucket_start, country, song_id
+        """,
+        parameters=parameters,
+    )
+
+
 def _months(client: Client, database: str, start: datetime | None, end: datetime | None):
     conditions, params = [], {}
     if start is not None:
@@ -123,6 +177,7 @@ def rebuild_aggregates(
     Returns the months rebuilt (YYYYMM).
     """
     months = _months(client, database, start, end)
+    counted = _counted(database, "toYYYYMM(event_time) = {month:UInt32}")
     staging = f"{database}.listens_by_10m_rebuild"
     client.command(f"DROP TABLE IF EXISTS {staging}")
     client.command(f"CREATE TABLE {staging} AS {database}.listens_by_10m")
@@ -131,20 +186,8 @@ def rebuild_aggregates(
             client.command(
                 f"""
                 INSERT INTO {staging} (bucket_start, country, song_id, listens)
-                SELECT
-                    toplist_bucket_start(counted.event_time) AS bucket_start,
-                    counted.country AS country,
-                    counted.song_id AS song_id,
-                    sumState(toInt64(1)) AS listens
-                FROM (
-                    SELECT event_id, song_id, country, event_time
-                    FROM {database}.listens FINAL
-                    WHERE toYYYYMM(event_time) = {{month:UInt32}}
-                ) AS counted
-                LEFT ANTI JOIN (
-                    SELECT DISTINCT event_id FROM {database}.listen_voids
-                    WHERE toYYYYMM(event_time) = {{month:UInt32}}
-                ) AS voided ON counted.event_id = voided.event_id
+                SELECT bucket_start, country, song_id, sumState(listens) AS listens
+                FROM ({counted})
                 GROUP BY bucket_start, country, song_id
                 """,
                 parameters={"month": month},

@@ -9,7 +9,8 @@ A migration whose first line is `-- requires: kafka_engine` is applied only wher
 consumes Kafka itself (server mode with TOPLIST_KAFKA_BROKERS set); elsewhere it is left
 unapplied and unrecorded, so enabling Kafka later applies it. Such files may also use
 `${kafka_brokers}`, `${kafka_topic}`, `${kafka_group}` and `${kafka_consumers}`, rendered from
-the configuration (validated there, so they are safe inside SQL string literals).
+the configuration (validated there, so they are safe inside SQL string literals), as is
+`${incoming_log_days}` (a positive integer) in any file.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def render(sql: str, config: Config) -> str:
         "kafka_topic": config.kafka_topic,
         "kafka_group": config.kafka_group,
         "kafka_consumers": str(config.kafka_consumers),
+        "incoming_log_days": str(config.incoming_log_days),
     }
 
     def substitute(match: re.Match[str]) -> str:
