@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
 .PHONY: run test lint clean
 
 $(STAMP): pyproject.toml
@@ -15,7 +18,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/toplist run
 
-test: $(STAMP)
+# The browser test drives Debian's Chromium with Playwright (no browser download).
+$(CHROMIUM):
+	@echo "installing Debian's chromium for the web page test"
+	$(SUDO) apt-get install -y chromium \
+	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+
+test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
 
@@ -24,4 +33,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) .toplist target logs
+	rm -rf $(VENV) .toplist target logs test-artifacts

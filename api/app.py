@@ -1,4 +1,4 @@
-"""The Flask application factory: read API, health, metrics and the web page."""
+"""The Flask application factory: read API, internal API, health, metrics, the web page."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from flask import Flask, current_app, g, jsonify, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from api.metrics import Metrics
 from api.snapshots import SnapshotStore
@@ -61,10 +61,12 @@ def create_app(
 
     from api.charts import charts
     from api.health import health
+    from api.internal import internal
     from api.web import web
 
     app.register_blueprint(charts)
     app.register_blueprint(health)
+    app.register_blueprint(internal)
     app.register_blueprint(web)
 
     @app.before_request
@@ -87,6 +89,11 @@ def create_app(
         )
         response = jsonify({"error": {"code": code, "message": error.description}})
         response.status_code = error.code or 500
+        response.cache_control.no_store = True  # e.g. a 503 before the first snapshot
+        if isinstance(error, MethodNotAllowed) and error.valid_methods:
+            response.headers["Allow"] = ", ".join(error.valid_methods)
+        if isinstance(error, ApiError) and error.code == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="toplist-internal"'
         return response
 
     @app.errorhandler(Exception)
@@ -96,6 +103,7 @@ def create_app(
             {"error": {"code": "internal_error", "message": "internal error; see the server log"}}
         )
         response.status_code = 500
+        response.cache_control.no_store = True
         return response
 
     return app

@@ -1,11 +1,18 @@
-"""GET /v1/charts/<scope> and GET /v1/charts/<scope>/songs/<song_id> (DESIGN.md "Read API")."""
+"""GET /v1/charts/<scope> and GET /v1/charts/<scope>/songs/<song_id> (DESIGN.md "Read API").
+
+Every answer drawn from a snapshot can be cached until the next publication: its ETag is
+the snapshot_id (with "-stale" once the snapshot is stale, so a cached copy never hides the
+warning), `Cache-Control: public, max-age` runs to when the next publication is due, and a
+request with a matching `If-None-Match` gets 304. A CDN or a browser can absorb read load.
+"""
 
 from __future__ import annotations
 
+import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from api.app import ApiError, toplist
 from api.publisher import Snapshot, iso
@@ -71,19 +78,31 @@ def snapshot_header(snapshot: Snapshot) -> dict[str, object]:
     }
 
 
+def from_snapshot(body: dict[str, object], snapshot: Snapshot) -> Response:
+    """The JSON answer, cacheable until the next publication is due, or 304 if unchanged."""
+    response = jsonify(body)
+    response.set_etag(snapshot.snapshot_id + ("-stale" if body["stale"] else ""))
+    interval = timedelta(seconds=toplist().config.publish_interval_seconds)
+    due_in = (snapshot.published_at + interval - datetime.now(UTC)).total_seconds()
+    response.cache_control.public = True
+    response.cache_control.max_age = max(0, math.floor(due_in))
+    return response.make_conditional(request)
+
+
 @charts.get("/v1/charts/<scope>")
 def chart(scope: str):  # type: ignore[no-untyped-def]
     scope, window, k = _scope(scope), _window(), _k()
     snapshot = _snapshot()
     board = toplist().store.board(snapshot, window, scope)
-    return jsonify(
+    return from_snapshot(
         {
             "scope": scope,
             "window": window,
             "k": k,
             **snapshot_header(snapshot),
             "items": [entry.as_dict() for entry in board.entries[:k]],
-        }
+        },
+        snapshot,
     )
 
 
@@ -99,7 +118,7 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
             f"song {song_id!r} has no listens in {scope} for window {window} in snapshot"
             f" {snapshot.snapshot_id} (snapshots keep the top {snapshot.keep_top} per board)",
         )
-    return jsonify(
+    return from_snapshot(
         {
             "scope": scope,
             "window": window,
@@ -107,7 +126,8 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
             "song_id": entry.song_id,
             "rank": entry.rank,
             "listens": entry.listens,
-        }
+        },
+        snapshot,
     )
 
 
@@ -115,4 +135,6 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
 def scopes():  # type: ignore[no-untyped-def]
     """The scopes with a board in the current snapshot (for pickers such as the web page)."""
     snapshot = _snapshot()
-    return jsonify({**snapshot_header(snapshot), "scopes": toplist().store.scopes(snapshot)})
+    return from_snapshot(
+        {**snapshot_header(snapshot), "scopes": toplist().store.scopes(snapshot)}, snapshot
+    )

@@ -12,6 +12,12 @@ from api.publisher import iso
 health = Blueprint("health", __name__)
 
 
+@health.after_request
+def never_cached(response: Response) -> Response:
+    response.cache_control.no_store = True  # live state, not a snapshot
+    return response
+
+
 @health.get("/healthz")
 def healthz():  # type: ignore[no-untyped-def]
     state = toplist()

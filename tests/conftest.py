@@ -44,6 +44,16 @@ def client(config: Config) -> Iterator[Client]:
         client.close()
 
 
+@pytest.fixture(scope="module")
+def served():
+    """The API over HTTP on a free port, with a published snapshot (tests/live_api.py)."""
+    from live_api import live_api
+
+    config = Config.from_env(database=f"t_{uuid.uuid4().hex[:12]}", cache_poll_seconds=0.001)
+    with live_api(config) as api:
+        yield api
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory) -> Iterator[str]:
     """A real Kafka broker: the one `.ci/run` started (TOPLIST_TEST_KAFKA_BROKERS), or our own."""

@@ -218,3 +218,29 @@ def test_web_page_and_scopes(api, published):
     assert page.status_code == 200 and b"Top songs" in page.data
     assert b"http://" not in page.data and b"https://" not in page.data, "no external assets"
     assert api.get("/v1/scopes").get_json()["scopes"] == ["global", "SE"]
+
+
+def test_corrections_endpoint_voids_and_publishes_a_corrected_board(client, config, published):
+    app = create_app(replace(config, internal_token="s3cret"))
+    api = app.test_client()
+    try:
+        body = {"event_ids": [f"SE-song-00-{i}" for i in range(10)], "reason": "fraud"}
+        assert api.post("/internal/corrections", json=body).status_code == 401
+        headers = {"Authorization": "Bearer s3cret"}
+        answer = api.post("/internal/corrections", json={**body, "publish": True}, headers=headers)
+        assert answer.status_code == 200, answer.get_data(as_text=True)
+        result = answer.get_json()
+        assert (result["voided"], result["not_found"]) == (10, 0)
+        assert result["snapshot"]["snapshot_id"] != published.snapshot_id
+        # Published at now, so the 24h window no longer holds the AS_OF listens; `all` does.
+        items = api.get("/v1/charts/SE?window=all&k=3").get_json()["items"]
+        assert items[0] == {"rank": 1, "song_id": "song-01", "listens": 14}
+        assert {"rank": 10, "song_id": "song-00", "listens": 5} in api.get(
+            "/v1/charts/SE?window=all&k=15"
+        ).get_json()["items"], "the voided listens still count"
+        again = api.post("/internal/corrections", json=body, headers=headers).get_json()
+        assert (again["voided"], again["already_voided"]) == (0, 10), "voiding twice changed it"
+        bad = api.post("/internal/corrections", json={"event_ids": "x"}, headers=headers)
+        assert bad.status_code == 400 and error_of(bad)["code"] == "invalid_event_ids"
+    finally:
+        app.extensions["toplist"].store.close()

@@ -74,6 +74,8 @@ class Config:
     kafka_batch_seconds: float = 1.0
     # Raw messages as received, kept for audit, replay and crash repair (sql/0010).
     incoming_log_days: int = 7
+    # Bearer token for /internal/* (corrections). Empty: the internal endpoints refuse all.
+    internal_token: str = field(default="", repr=False)
     dbt_project_dir: Path = PROJECT_ROOT
     dbt_profiles_dir: Path = PROJECT_ROOT / "dbt_project"
 
@@ -150,5 +152,6 @@ class Config:
                 env, "TOPLIST_KAFKA_BATCH_SECONDS", base.kafka_batch_seconds
             ),
             incoming_log_days=_int(env, "TOPLIST_INCOMING_LOG_DAYS", base.incoming_log_days),
+            internal_token=env.get("TOPLIST_INTERNAL_TOKEN", base.internal_token).strip(),
         )
         return replace(config, **overrides) if overrides else config

@@ -1,0 +1,101 @@
+"""POST /internal/corrections: void event ids over HTTP (what `toplist void` does), by token.
+
+Internal endpoints answer only to `Authorization: Bearer <TOPLIST_INTERNAL_TOKEN>`; with no
+token configured they refuse every request, so an unconfigured deployment is closed, not open.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from flask import Blueprint, jsonify, request
+
+from api.app import ApiError, toplist
+from api.scheduler import publish_job
+from toplist.corrections import void_events
+from toplist.engine import connect
+
+internal = Blueprint("internal", __name__, url_prefix="/internal")
+
+MAX_IDS = 100_000
+# DESIGN.md: an event_id is 1-128 bytes. Longer ids (in bytes) cannot have been accepted, so
+# the request may hold them; they come back as not_found.
+MAX_ID_CHARS = 128
+MAX_REASON_CHARS = 256
+
+
+@internal.before_request
+def require_token() -> None:
+    expected = toplist().config.internal_token
+    if not expected:
+        raise ApiError(
+            401,
+            "unauthorized",
+            "internal endpoints are disabled: no TOPLIST_INTERNAL_TOKEN is configured",
+        )
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode(), expected.encode()
+    ):
+        raise ApiError(401, "unauthorized", "send Authorization: Bearer <TOPLIST_INTERNAL_TOKEN>")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate, sent as a JSON \udxxx escape
+        return False
+    return True
+
+
+def _corrections_request() -> tuple[list[str], str, bool]:
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise ApiError(
+            400, "invalid_body", 'send a JSON object: {"event_ids": [...], "reason": "..."}'
+        )
+    ids, reason, publish = body.get("event_ids"), body.get("reason"), body.get("publish", False)
+    if (
+        not isinstance(ids, list)
+        or not 1 <= len(ids) <= MAX_IDS
+        or not all(isinstance(i, str) and 1 <= len(i) <= MAX_ID_CHARS and _utf8(i) for i in ids)
+    ):
+        raise ApiError(
+            400,
+            "invalid_event_ids",
+            f"event_ids must be a list of 1 to {MAX_IDS:,} strings of 1-{MAX_ID_CHARS} characters",
+        )
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON_CHARS:
+        raise ApiError(
+            400,
+            "invalid_reason",
+            f"reason must be a non-blank string of at most {MAX_REASON_CHARS} characters"
+            " (for example 'fraud' or 'test traffic')",
+        )
+    if not isinstance(publish, bool):
+        raise ApiError(400, "invalid_publish", "publish must be true or false")
+    return list(dict.fromkeys(ids)), reason.strip(), publish
+
+
+@internal.post("/corrections")
+def corrections():  # type: ignore[no-untyped-def]
+    """Void events; with "publish": true, publish a corrected snapshot before answering."""
+    ids, reason, publish = _corrections_request()
+    state = toplist()
+    client = connect(state.config)
+    try:
+        result = void_events(client, state.config.database, ids, reason)
+    finally:
+        client.close()
+    body: dict[str, object] = {**result.as_dict(), "snapshot": None}
+    if publish:
+        snapshot = publish_job(state.config, state.store, state.metrics)
+        if snapshot is None:
+            body["publish_error"] = (
+                "the voids are recorded, but the corrected snapshot could not be published"
+                f" ({state.metrics.last_publish_error}); the next scheduled publication"
+                " will include them"
+            )
+        else:
+            body["snapshot"] = snapshot.as_dict()
+    return jsonify(body)

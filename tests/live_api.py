@@ -1,0 +1,99 @@
+"""A real HTTP server on a free port, serving the Toplist app over a published snapshot.
+
+Used by the OpenAPI, schemathesis and browser tests: they talk to the API the way
+integrators and browsers do, over a socket, not through Flask's test client.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from werkzeug.serving import make_server
+
+from api.app import create_app
+from api.publisher import Snapshot, publish
+from ingest.generator import Listen
+from ingest.load import load_lines
+from toplist.config import Config
+from toplist.engine import connect
+from toplist.migrate import migrate
+
+AS_OF = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+# Screenshots and reports the tests leave for people to look at (CI keeps the folder).
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+ARTIFACTS.mkdir(exist_ok=True)
+TOKEN = "test-internal-token"
+
+# Per (scope, window), the song that must top the board. In SE the last hour and the last day
+# disagree, so switching the window must change the page.
+TOP_SONGS = {
+    ("global", "24h"): "se-day-anthem",
+    ("SE", "24h"): "se-day-anthem",
+    ("SE", "1h"): "se-hour-hit",
+    ("DE", "24h"): "de-favourite",
+}
+
+
+def board_listens() -> list[str]:
+    """SE: a song with 40 listens 5 hours ago, one with 25 in the last hour; DE: its own."""
+    plan = [
+        ("SE", "se-day-anthem", 40, timedelta(hours=5)),
+        ("SE", "se-hour-hit", 25, timedelta(minutes=20)),
+        ("SE", "se-also-ran", 5, timedelta(minutes=30)),
+        ("DE", "de-favourite", 30, timedelta(hours=2)),
+        ("DE", "de-second", 12, timedelta(minutes=40)),
+        ("NO", "no-song", 3, timedelta(hours=3)),
+    ]
+    lines = []
+    for country, song_id, count, ago in plan:
+        for i in range(count):
+            moment = AS_OF - ago - timedelta(seconds=i)
+            lines.append(Listen(f"{song_id}-{i}", song_id, f"u{i}", country, moment).to_json())
+    return lines
+
+
+@dataclass
+class LiveApi:
+    url: str
+    config: Config
+    snapshot: Snapshot
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {TOKEN}"}
+
+    def republish(self) -> Snapshot:
+        """Publish a new snapshot at the same as_of (the server notices within a poll)."""
+        client = connect(self.config)
+        try:
+            self.snapshot = publish(client, self.config, AS_OF)
+        finally:
+            client.close()
+        return self.snapshot
+
+
+@contextmanager
+def live_api(config: Config) -> Iterator[LiveApi]:
+    """Load the boards above into `config.database`, publish, serve on 127.0.0.1."""
+    config = replace(config, internal_token=TOKEN)
+    client = connect(config)
+    migrate(client, config)
+    load_lines(client, config.database, board_listens())
+    snapshot = publish(client, config, AS_OF)
+    app = create_app(config)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="live-api", daemon=True)
+    thread.start()
+    try:
+        yield LiveApi(f"http://127.0.0.1:{server.server_port}", config, snapshot)
+    finally:
+        server.shutdown()
+        thread.join(10)
+        app.extensions["toplist"].store.close()
+        client.command(f"DROP DATABASE IF EXISTS {config.database} SYNC")
+        client.close()

@@ -1,0 +1,77 @@
+"""The web page in a real headless Chromium: it shows the board, follows the pickers and
+refreshes itself when a new snapshot is published."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from live_api import ARTIFACTS, TOP_SONGS
+from playwright.sync_api import expect, sync_playwright
+
+# Debian's chromium (the Makefile installs it); Playwright drives it, no browser download.
+CHROMIUM = os.environ.get("TOPLIST_CHROMIUM", "/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def page():
+    assert shutil.which(CHROMIUM), (
+        f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium package"
+    )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 900, "height": 700})
+            yield page
+        finally:
+            browser.close()
+
+
+def top_song(page) -> str:
+    return page.locator("#board li").first.get_attribute("data-song") or ""
+
+
+def test_the_page_shows_the_board_and_follows_scope_and_window(served, page):
+    page.goto(served.url + "/")
+    expect(page.locator("#board li").first).to_have_attribute(
+        "data-song", TOP_SONGS[("global", "24h")]
+    )
+    expect(page.locator("#status")).to_contain_text("as of 2026-12-01T12:00:00Z")
+    expect(page.locator("#status")).to_contain_text(served.snapshot.snapshot_id)
+
+    # The scope picker lists what the snapshot holds; pick a country, then a window.
+    expect(page.locator("#scope option")).to_have_count(4)  # global, DE, NO, SE
+    for (scope, window), song in [
+        (("DE", "24h"), TOP_SONGS[("DE", "24h")]),
+        (("SE", "24h"), TOP_SONGS[("SE", "24h")]),
+        (("SE", "1h"), TOP_SONGS[("SE", "1h")]),
+    ]:
+        page.select_option("#scope", scope)
+        page.select_option("#window", window)
+        expect(page.locator("#board li").first).to_have_attribute("data-song", song)
+    rows = page.locator("#board li")
+    expect(rows).to_have_count(2)  # SE in the last hour: se-hour-hit and se-also-ran
+    expect(rows.first.locator(".listens")).to_have_text("25")
+    bars = rows.locator(".bar")
+    assert bars.first.get_attribute("style") == "width:100.0%"
+    assert bars.nth(1).get_attribute("style") == "width:20.0%", "bars scale to the leader"
+    assert "Top songs" in page.title() or page.locator("h1").inner_text() == "Top songs"
+    page.screenshot(path=str(ARTIFACTS / "web-page.png"), full_page=True)
+
+
+def test_the_page_picks_up_a_new_snapshot_by_itself(served, page):
+    page.goto(served.url + "/")
+    expect(page.locator("#status")).to_contain_text(served.snapshot.snapshot_id)
+    snapshot = served.republish()
+    expect(page.locator("#status")).to_contain_text(snapshot.snapshot_id, timeout=15_000)
