@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 
 import pytest
-from live_api import ARTIFACTS, TOP_SONGS
+from live_api import ARTIFACTS, TOP_SONGS, live_api
 from playwright.sync_api import expect, sync_playwright
 
 # Debian's chromium (the Makefile installs it); Playwright drives it, no browser download.
@@ -75,3 +76,12 @@ def test_the_page_picks_up_a_new_snapshot_by_itself(served, page):
     expect(page.locator("#status")).to_contain_text(served.snapshot.snapshot_id)
     snapshot = served.republish()
     expect(page.locator("#status")).to_contain_text(snapshot.snapshot_id, timeout=15_000)
+
+
+def test_the_page_warns_when_the_snapshot_is_stale(config, page):
+    with live_api(replace(config, stale_after_seconds=0.001)) as stale:
+        page.goto(stale.url + "/")
+        expect(page.locator("#warning .stale")).to_contain_text("This snapshot is stale")
+        expect(page.locator("#board li").first).to_have_attribute(
+            "data-song", TOP_SONGS[("global", "24h")]
+        )  # the last good board stays on show
