@@ -74,7 +74,7 @@ def _corrections_request() -> tuple[list[str], str, bool]:
         )
     if not isinstance(publish, bool):
         raise ApiError(400, "invalid_publish", "publish must be true or false")
-    return list(dict.fromkeys(ids)), reason.strip(), publish
+    return ids, reason.strip(), publish  # void_events counts a repeated id once
 
 
 @internal.post("/corrections")

@@ -240,6 +240,9 @@ def test_corrections_endpoint_voids_and_publishes_a_corrected_board(client, conf
         ).get_json()["items"], "the voided listens still count"
         again = api.post("/internal/corrections", json=body, headers=headers).get_json()
         assert (again["voided"], again["already_voided"]) == (0, 10), "voiding twice changed it"
+        repeated = {**body, "event_ids": body["event_ids"] + body["event_ids"][:3]}
+        counted = api.post("/internal/corrections", json=repeated, headers=headers).get_json()
+        assert (counted["requested"], counted["not_found"]) == (10, 0), "a repeat counted twice"
         bad = api.post("/internal/corrections", json={"event_ids": "x"}, headers=headers)
         assert bad.status_code == 400 and error_of(bad)["code"] == "invalid_event_ids"
     finally:

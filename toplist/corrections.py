@@ -31,19 +31,19 @@ class VoidResult:
 
 
 def read_event_ids(lines: Iterable[str]) -> list[str]:
-    """One event id per line; blank lines and `#` comments are skipped, repeats dropped."""
-    seen: dict[str, None] = {}
-    for line in lines:
-        event_id = line.strip()
-        if event_id and not event_id.startswith("#"):
-            seen.setdefault(event_id)
-    return list(seen)
+    """One event id per line; blank lines and `#` comments are skipped (`void_events` counts
+    a repeated id once)."""
+    ids = (line.strip() for line in lines)
+    return [event_id for event_id in ids if event_id and not event_id.startswith("#")]
 
 
 def void_events(client: Client, database: str, event_ids: list[str], reason: str) -> VoidResult:
-    """Void the events with these ids. Idempotent: an id already voided is left as it is."""
+    """Void the events with these ids. Idempotent: an id already voided is left as it is.
+
+    Repeated ids count once (`requested` is the number of distinct ids)."""
     if not reason.strip():
         raise ValueError("a void needs a reason (for example 'fraud' or 'test traffic')")
+    event_ids = list(dict.fromkeys(event_ids))
     result = VoidResult(requested=len(event_ids))
     for start in range(0, len(event_ids), VOID_CHUNK):
         ids = event_ids[start : start + VOID_CHUNK]
