@@ -67,7 +67,7 @@ def test_the_page_shows_the_board_and_follows_scope_and_window(served, page):
     bars = rows.locator(".bar")
     assert bars.first.get_attribute("style") == "width:100.0%"
     assert bars.nth(1).get_attribute("style") == "width:20.0%", "bars scale to the leader"
-    assert "Top songs" in page.title() or page.locator("h1").inner_text() == "Top songs"
+    expect(page.locator("h1")).to_have_text("Top songs")
     page.screenshot(path=str(ARTIFACTS / "web-page.png"), full_page=True)
 
 
