@@ -11,8 +11,9 @@ batch all or nothing:
 
 ClickHouse commits each table of the chain in step 2 separately, so a process killed during
 it can leave the batch half applied (counted in the aggregates and not in `listens`, say).
-A stored batch that is not recorded as done is repaired by the next writer before it writes
-(`repair_unfinished`): what the batch left in `listens`, `listen_ids`, the dead letters and the
+A stored batch that is not recorded as done is repaired (`repair_unfinished`) when a writer
+starts (`toplist load`, `toplist run`, the embedded consumer) and after a failed write: what
+the batch left in `listens`, `listen_ids`, the dead letters and the
 batch counts is deleted, the batch is applied again from its stored copy, and the buckets its
 events fall in are recounted from raw. Repairing is idempotent, so a crash during a repair is
 repaired in turn.
@@ -209,16 +210,16 @@ def load_lines(
     source: str = "load",
     batch_rows: int = 50_000,
     progress: Callable[[int], None] | None = None,
-    repair_older_than_seconds: float = 0,
 ) -> LoadResult:
     """Insert lines into the incoming table in batches; return the counts of the whole load.
 
-    First repairs any batch a crash cut off. Each batch is all or nothing (see the module
-    docstring); when this returns, every line is either in the raw table, recognised as a
-    duplicate, or in the dead-letter table. A load cut off part-way is resumed by loading
-    the same lines again: what was already accepted counts as duplicates.
+    Each batch is all or nothing (see the module docstring); when this returns, every line is
+    either in the raw table, recognised as a duplicate, or in the dead-letter table. A load
+    cut off part-way is resumed by loading the same lines again: what was already accepted
+    counts as duplicates. Call `repair_unfinished` first when a crash may have cut a batch
+    off (a new process, or after a failed write): it reads the whole log, so not before every
+    load.
     """
-    repair_unfinished(client, database, repair_older_than_seconds)
     result = LoadResult()
     for chunk in _chunks(lines, batch_rows):
         batch_id = uuid.uuid4()

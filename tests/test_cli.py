@@ -14,9 +14,14 @@ COMMANDS = ["run", "migrate", "load", "publish", "serve", "void", "rebuild"]
 
 
 def toplist(tmp_path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return _on_data_dir(tmp_path, ["-m", "toplist.cli", *args], stdin)
+
+
+def _on_data_dir(tmp_path, argv: list[str], stdin: str | None) -> subprocess.CompletedProcess:
+    """Python with these arguments, as a process of its own on the test's data directory."""
     env = {**os.environ, "TOPLIST_CLICKHOUSE_URL": f"chdb://{tmp_path / 'engine'}"}
     return subprocess.run(
-        [sys.executable, "-m", "toplist.cli", *args],
+        [sys.executable, *argv],
         input=stdin,
         capture_output=True,
         text=True,
@@ -75,3 +80,39 @@ def test_bad_input_gets_a_clear_message(tmp_path):
         check=False,
     )
     assert bad_config.returncode == 2 and "TOPLIST_KEEP_TOP must be an integer" in bad_config.stderr
+
+
+def in_engine(tmp_path, code: str, stdin: str = "") -> str:
+    """Run Python against the command's data directory, in a process of its own."""
+    script = (
+        "import sys, uuid\nfrom toplist.config import Config\nfrom toplist.engine import session\n"
+        "with session(Config.from_env()) as client:\n"
+        + "".join(f"    {x}\n" for x in code.splitlines())
+    )
+    done = _on_data_dir(tmp_path, ["-c", script], stdin)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_load_first_finishes_a_batch_a_crash_cut_off(tmp_path):
+    as_of = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    generator = ListenGenerator(seed=5)
+    cut, fresh = (generator.batch(300, as_of - timedelta(days=1), as_of) for _ in range(2))
+    assert toplist(tmp_path, "migrate").returncode == 0
+    # Step 1 of a write (the batch stored in the log), then the process died.
+    in_engine(
+        tmp_path,
+        "batch = uuid.uuid4()\n"
+        "rows = [[line, 'load', batch] for line in sys.stdin.read().splitlines()]\n"
+        "client.insert('toplist.listens_incoming_log', rows,"
+        " column_names=['raw_message', '_source', '_batch_id'])",
+        stdin="\n".join(cut.lines),
+    )
+    events = tmp_path / "fresh.jsonl"
+    events.write_text("\n".join(fresh.lines) + "\n")
+    loaded = toplist(tmp_path, "load", str(events))
+    assert loaded.returncode == 0, loaded.stderr
+    counted = in_engine(tmp_path, "print(client.command('SELECT count() FROM toplist.listens'))")
+    assert int(counted) == len(cut.listens) + len(fresh.listens), (
+        "`toplist load` did not finish the batch a crash had cut off"
+    )

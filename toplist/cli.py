@@ -53,7 +53,7 @@ def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_load(args: argparse.Namespace, config: Config) -> int:
-    from ingest.load import load_lines, read_lines
+    from ingest.load import load_lines, read_lines, repair_unfinished
     from toplist.migrate import migrate
 
     stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
@@ -65,13 +65,13 @@ def cmd_load(args: argparse.Namespace, config: Config) -> int:
 
     with stream, session(config) as client:
         migrate(client, config)
+        repair_unfinished(client, config.database, config.repair_after_seconds)
         result = load_lines(
             client,
             config.database,
             read_lines(stream),
             batch_rows=config.load_batch_rows,
             progress=progress,
-            repair_older_than_seconds=config.repair_after_seconds,
         )
     print(
         f"read {result.read:,} · accepted {result.accepted:,} · duplicates"
@@ -225,7 +225,7 @@ def cmd_produce(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
     from ingest.generator import ListenGenerator, demo_stream
-    from ingest.load import load_lines
+    from ingest.load import load_lines, repair_unfinished
     from ingest.produce import event_key
     from toplist.migrate import migrate
 
@@ -237,6 +237,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     client = connect(config)
     migrate(client, config)
     _say(f"engine: {config.clickhouse_url} (database {config.database})")
+    repair_unfinished(client, config.database, config.repair_after_seconds)
     now = datetime.now(UTC)
     history = ListenGenerator(seed=int(now.timestamp())).batch(
         args.history, now - timedelta(days=8), now, malformed=10
@@ -263,13 +264,18 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
             load_lines(client, config.database, lines, source="demo")
 
     def stream_demo_events() -> None:
+        cut_off = False  # a failed write may leave its batch unfinished
         for lines in demo_stream(seed=int(now.timestamp()) + 1, per_second=args.rate):
             if stop.is_set():
                 break
             try:
+                if cut_off:
+                    repair_unfinished(client, config.database, config.repair_after_seconds)
+                    cut_off = False
                 send(lines)
             except Exception:
                 log.exception("demo ingest batch failed")
+                cut_off = not kafka  # through Kafka, the consumer repairs
             stop.wait(1.0)
 
     streamer = threading.Thread(target=stream_demo_events, name="demo-stream", daemon=True)
