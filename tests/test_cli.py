@@ -18,8 +18,16 @@ def toplist(tmp_path, *args: str, stdin: str | None = None) -> subprocess.Comple
 
 
 def _on_data_dir(tmp_path, argv: list[str], stdin: str | None) -> subprocess.CompletedProcess:
-    """Python with these arguments, as a process of its own on the test's data directory."""
-    env = {**os.environ, "TOPLIST_CLICKHOUSE_URL": f"chdb://{tmp_path / 'engine'}"}
+    """Python with these arguments, as a process of its own on the test's data directory.
+
+    The database is pinned too: dbt runs in the test process and exports TOPLIST_DATABASE
+    there for its profiles (toplist/dbt.py), which children would otherwise inherit.
+    """
+    env = {
+        **os.environ,
+        "TOPLIST_CLICKHOUSE_URL": f"chdb://{tmp_path / 'engine'}",
+        "TOPLIST_DATABASE": "toplist",
+    }
     return subprocess.run(
         [sys.executable, *argv],
         input=stdin,
