@@ -4,6 +4,7 @@
 CREATE TABLE ${database}.chart_entries
 (
     `snapshot_id` String,
+    `policy` LowCardinality(String) DEFAULT 'v1',
     `window_name` LowCardinality(String),
     `scope` LowCardinality(String),
     `rank` UInt32,
@@ -22,7 +23,9 @@ CREATE TABLE ${database}.chart_snapshots
     `published_at` DateTime64(3, 'UTC'),
     `entry_count` UInt64,
     `keep_top` UInt32,
-    `duration_ms` UInt32
+    `duration_ms` UInt32,
+    `policies` Array(LowCardinality(String)) DEFAULT [policy],
+    `void_count` UInt64 DEFAULT 0
 )
 ENGINE = MergeTree
 ORDER BY (published_at, snapshot_id)
@@ -35,7 +38,8 @@ CREATE TABLE ${database}.ingest_batches
     `received_at` SimpleAggregateFunction(min, DateTime64(3, 'UTC')),
     `received` SimpleAggregateFunction(sum, UInt64),
     `accepted` SimpleAggregateFunction(sum, UInt64),
-    `rejected` SimpleAggregateFunction(sum, UInt64)
+    `rejected` SimpleAggregateFunction(sum, UInt64),
+    `beyond_horizon` SimpleAggregateFunction(sum, UInt64) DEFAULT 0
 )
 ENGINE = AggregatingMergeTree
 ORDER BY (_batch_id, _source)
@@ -48,7 +52,8 @@ CREATE MATERIALIZED VIEW ${database}.ingest_batches_accepted_mv TO ${database}.i
     `received_at` DateTime64(3, 'UTC'),
     `received` UInt64,
     `accepted` UInt64,
-    `rejected` UInt64
+    `rejected` UInt64,
+    `beyond_horizon` UInt64
 )
 AS SELECT
     _batch_id,
@@ -56,7 +61,8 @@ AS SELECT
     min(_received_at) AS received_at,
     toUInt64(0) AS received,
     count() AS accepted,
-    toUInt64(0) AS rejected
+    toUInt64(0) AS rejected,
+    countIf(beyond_horizon) AS beyond_horizon
 FROM ${database}.listens
 GROUP BY
     _batch_id,
@@ -124,6 +130,7 @@ CREATE TABLE ${database}.listen_voids
     `song_id` String,
     `country` LowCardinality(String),
     `event_time` DateTime64(3, 'UTC'),
+    `beyond_horizon` Bool DEFAULT false,
     `reason` String,
     `voided_at` DateTime64(3, 'UTC') DEFAULT now64(3)
 )
@@ -144,6 +151,7 @@ AS SELECT
     song_id,
     sumState(toInt64(-1)) AS listens
 FROM ${database}.listen_voids
+WHERE NOT beyond_horizon
 GROUP BY
     bucket_start,
     country,
@@ -156,6 +164,7 @@ CREATE TABLE ${database}.listens
     `user_id` String,
     `country` LowCardinality(String),
     `event_time` DateTime64(3, 'UTC'),
+    `beyond_horizon` Bool DEFAULT false,
     `_topic` LowCardinality(String),
     `_partition` Int32,
     `_offset` Int64,
@@ -194,6 +203,7 @@ AS SELECT
     song_id,
     sumState(toInt64(1)) AS listens
 FROM ${database}.listens
+WHERE NOT beyond_horizon
 GROUP BY
     bucket_start,
     country,
@@ -292,6 +302,7 @@ CREATE MATERIALIZED VIEW ${database}.listens_mv TO ${database}.listens
     `user_id` String,
     `country` LowCardinality(String),
     `event_time` DateTime64(3, 'UTC'),
+    `beyond_horizon` UInt8,
     `_topic` LowCardinality(String),
     `_partition` Int32,
     `_offset` Int64,
@@ -306,6 +317,7 @@ AS SELECT
     fresh.user_id AS user_id,
     fresh.country AS country,
     fresh.event_time AS event_time,
+    fresh.beyond_horizon AS beyond_horizon,
     fresh._topic AS _topic,
     fresh._partition AS _partition,
     fresh._offset AS _offset,
@@ -321,6 +333,7 @@ FROM
         user_id,
         country,
         assumeNotNull(event_time) AS event_time,
+        (horizon_seconds > 0) AND (assumeNotNull(event_time) < (_received_at - toIntervalSecond(horizon_seconds))) AS beyond_horizon,
         _topic,
         _partition,
         _offset,
@@ -329,6 +342,12 @@ FROM
         _batch_id,
         _received_at
     FROM ${database}.listens_parsed
+    CROSS JOIN
+    (
+        SELECT ifNull(max(value), 0) AS horizon_seconds
+        FROM ${database}.settings
+        WHERE name = 'late_horizon_seconds'
+    ) AS horizon
     WHERE reject_reason = ''
     LIMIT 1 BY event_id
 ) AS fresh
@@ -413,3 +432,11 @@ CREATE TABLE ${database}.schema_migrations
 ENGINE = MergeTree
 ORDER BY version
 SETTINGS index_granularity = 8192;
+
+CREATE TABLE ${database}.settings
+(
+    `name` String,
+    `value` Int64
+)
+ENGINE = EmbeddedRocksDB
+PRIMARY KEY name;

@@ -11,7 +11,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = Path.cwd() / ".toplist" / "chdb"
 
 WINDOWS = ("1h", "24h", "7d", "all")
-POLICIES = ("v1",)
+# Every ranking policy version (macros/ranking_policy.sql); a version's meaning never changes.
+POLICIES = ("v1", "v1-ties")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KAFKA_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _BROKER = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
@@ -47,6 +48,13 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
     return value
 
 
+def _names(env: dict[str, str], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return tuple(dict.fromkeys(part.strip() for part in raw.split(",") if part.strip()))
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything Toplist can be told from outside. Build it with `Config.from_env()`."""
@@ -60,7 +68,10 @@ class Config:
     keep_top: int = 1000
     k_max: int = 1000
     default_k: int = 10
+    # The policy an answer uses when the request names none, and the policies every snapshot
+    # is ranked with (a request may pick any of them with ?policy=).
     policy: str = "v1"
+    policies: tuple[str, ...] = POLICIES
     snapshot_retention: int = 24
     load_batch_rows: int = 50_000
     cache_poll_seconds: float = 1.0
@@ -74,6 +85,11 @@ class Config:
     kafka_batch_seconds: float = 1.0
     # Raw messages as received, kept for audit, replay and crash repair (sql/0010).
     incoming_log_days: int = 7
+    # An event that arrives more than this after its event_time is kept in raw but never
+    # counted (sql/0011); 0 means no horizon: every late event counts.
+    late_horizon_seconds: int = 0
+    # Raw events expire this many days after their event_time; 0 keeps them for good.
+    raw_ttl_days: int = 0
     # Bearer token for /internal/* (corrections). Empty: the internal endpoints refuse all.
     internal_token: str = field(default="", repr=False)
     dbt_project_dir: Path = PROJECT_ROOT
@@ -84,6 +100,15 @@ class Config:
             raise ConfigError(f"TOPLIST_DATABASE must be a plain identifier, got {self.database!r}")
         if self.policy not in POLICIES:
             raise ConfigError(f"TOPLIST_POLICY must be one of {POLICIES}, got {self.policy!r}")
+        unknown = [policy for policy in self.policies if policy not in POLICIES]
+        if unknown or not self.policies:
+            raise ConfigError(
+                f"TOPLIST_POLICIES must list policies from {POLICIES}, got {self.policies!r}"
+            )
+        if self.policy not in self.policies:
+            raise ConfigError(
+                f"TOPLIST_POLICY ({self.policy}) must be one of TOPLIST_POLICIES {self.policies}"
+            )
         if self.k_max > self.keep_top:
             raise ConfigError(
                 f"TOPLIST_K_MAX ({self.k_max}) cannot exceed TOPLIST_KEEP_TOP ({self.keep_top}):"
@@ -140,6 +165,7 @@ class Config:
             k_max=_int(env, "TOPLIST_K_MAX", base.k_max),
             default_k=_int(env, "TOPLIST_DEFAULT_K", base.default_k),
             policy=env.get("TOPLIST_POLICY") or base.policy,
+            policies=_names(env, "TOPLIST_POLICIES", base.policies),
             snapshot_retention=_int(env, "TOPLIST_SNAPSHOT_RETENTION", base.snapshot_retention),
             load_batch_rows=_int(env, "TOPLIST_LOAD_BATCH_ROWS", base.load_batch_rows),
             cache_poll_seconds=_float(env, "TOPLIST_CACHE_POLL_SECONDS", base.cache_poll_seconds),
@@ -152,6 +178,10 @@ class Config:
                 env, "TOPLIST_KAFKA_BATCH_SECONDS", base.kafka_batch_seconds
             ),
             incoming_log_days=_int(env, "TOPLIST_INCOMING_LOG_DAYS", base.incoming_log_days),
+            late_horizon_seconds=_int(
+                env, "TOPLIST_LATE_HORIZON_SECONDS", base.late_horizon_seconds, minimum=0
+            ),
+            raw_ttl_days=_int(env, "TOPLIST_RAW_TTL_DAYS", base.raw_ttl_days, minimum=0),
             internal_token=env.get("TOPLIST_INTERNAL_TOKEN", base.internal_token).strip(),
         )
         return replace(config, **overrides) if overrides else config

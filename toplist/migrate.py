@@ -159,7 +159,41 @@ def migrate(client: Client, config: Config, sql_dir: Path = SQL_DIR) -> list[Mig
             column_names=["version", "name", "checksum"],
         )
         ran.append(migration)
+    apply_settings(client, config)
     return ran
+
+
+def apply_settings(client: Client, config: Config) -> None:
+    """Bring the settings the SQL reads at run time in line with the configuration (0011).
+
+    `late_horizon_seconds` is read by `listens_mv` on every insert. The raw events' TTL is
+    DDL; it is altered only when the configured value differs from the one recorded, since
+    changing a TTL rewrites the table's parts.
+    """
+    database = config.database
+    if not client.command(
+        "SELECT count() FROM system.tables WHERE database = {db:String} AND name = 'settings'",
+        parameters={"db": database},
+    ):
+        return  # migrations older than 0011 only (a test of the runner itself)
+    recorded = dict(client.query(f"SELECT name, value FROM {database}.settings").result_rows)
+    wanted = {
+        "late_horizon_seconds": config.late_horizon_seconds,
+        "raw_ttl_days": config.raw_ttl_days,
+    }
+    if recorded.get("raw_ttl_days", 0) != config.raw_ttl_days:
+        if config.raw_ttl_days:
+            log.info("raw events now expire %d days after their event_time", config.raw_ttl_days)
+            client.command(
+                f"ALTER TABLE {database}.listens"
+                f" MODIFY TTL toDateTime(event_time) + INTERVAL {config.raw_ttl_days:d} DAY"
+            )
+        else:
+            log.info("raw events are kept for good again (TTL removed)")
+            client.command(f"ALTER TABLE {database}.listens REMOVE TTL")
+    changed = [[name, value] for name, value in wanted.items() if recorded.get(name) != value]
+    if changed:
+        client.insert(f"{database}.settings", changed, column_names=["name", "value"])
 
 
 def dump_schema(client: Client, database: str) -> str:
