@@ -16,7 +16,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from api.app import ApiError, toplist
 from api.publisher import Snapshot, iso
-from toplist.config import WINDOWS
+from toplist.config import POLICIES, WINDOWS
 
 charts = Blueprint("charts", __name__)
 
@@ -56,6 +56,23 @@ def _k() -> int:
     return int(raw)
 
 
+def _policy(snapshot: Snapshot) -> str:
+    """?policy=, by default the configured one; it must be one the snapshot was ranked with."""
+    policy = request.args.get("policy", toplist().config.policy)
+    if policy not in POLICIES:
+        raise ApiError(
+            400, "invalid_policy", f"policy must be one of {', '.join(POLICIES)}, got {policy!r}"
+        )
+    if policy not in snapshot.policies:
+        raise ApiError(
+            404,
+            "policy_not_published",
+            f"snapshot {snapshot.snapshot_id} was ranked with {', '.join(snapshot.policies)}"
+            f" only, not {policy}",
+        )
+    return policy
+
+
 def _snapshot() -> Snapshot:
     snapshot = toplist().store.current()
     if snapshot is None:
@@ -67,12 +84,12 @@ def _snapshot() -> Snapshot:
     return snapshot
 
 
-def snapshot_header(snapshot: Snapshot) -> dict[str, object]:
+def snapshot_header(snapshot: Snapshot, policy: str | None = None) -> dict[str, object]:
     age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
     return {
         "as_of": iso(snapshot.as_of),
         "snapshot_id": snapshot.snapshot_id,
-        "policy": snapshot.policy,
+        "policy": policy or snapshot.policy,
         "published_at": iso(snapshot.published_at),
         "stale": age > toplist().config.stale_after_seconds,
     }
@@ -93,14 +110,15 @@ def from_snapshot(body: dict[str, object], snapshot: Snapshot) -> Response:
 def chart(scope: str):  # type: ignore[no-untyped-def]
     scope, window, k = _scope(scope), _window(), _k()
     snapshot = _snapshot()
-    board = toplist().store.board(snapshot, window, scope)
+    policy = _policy(snapshot)
+    board = toplist().store.board(snapshot, policy, window, scope)
     return from_snapshot(
         {
             "scope": scope,
             "window": window,
             "k": k,
-            **snapshot_header(snapshot),
-            "items": [entry.as_dict() for entry in board.entries[:k]],
+            **snapshot_header(snapshot, policy),
+            "items": [entry.as_dict() for entry in board.top(k)],
         },
         snapshot,
     )
@@ -110,7 +128,8 @@ def chart(scope: str):  # type: ignore[no-untyped-def]
 def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
     scope, window = _scope(scope), _window()
     snapshot = _snapshot()
-    entry = toplist().store.board(snapshot, window, scope).by_song.get(song_id)
+    policy = _policy(snapshot)
+    entry = toplist().store.board(snapshot, policy, window, scope).by_song.get(song_id)
     if entry is None:
         raise ApiError(
             404,
@@ -122,7 +141,7 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
         {
             "scope": scope,
             "window": window,
-            **snapshot_header(snapshot),
+            **snapshot_header(snapshot, policy),
             "song_id": entry.song_id,
             "rank": entry.rank,
             "listens": entry.listens,
@@ -133,8 +152,15 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
 
 @charts.get("/v1/scopes")
 def scopes():  # type: ignore[no-untyped-def]
-    """The scopes with a board in the current snapshot (for pickers such as the web page)."""
+    """The scopes with a board in the current snapshot, the policies it was ranked with and
+    the voids it reflects (for pickers such as the web page)."""
     snapshot = _snapshot()
     return from_snapshot(
-        {**snapshot_header(snapshot), "scopes": toplist().store.scopes(snapshot)}, snapshot
+        {
+            **snapshot_header(snapshot),
+            "policies": list(snapshot.policies),
+            "void_count": snapshot.void_count,
+            "scopes": toplist().store.scopes(snapshot),
+        },
+        snapshot,
     )

@@ -31,6 +31,7 @@ def healthz():  # type: ignore[no-untyped-def]
             "published_at": iso(snapshot.published_at),
             "age_seconds": round(age, 3),
             "stale": age > state.config.stale_after_seconds,
+            "void_count": snapshot.void_count,
         }
     if state.metrics.last_publish_error:
         body["last_publish_error"] = state.metrics.last_publish_error
@@ -53,11 +54,12 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
     rows = state.store.client.query(
         f"""
         SELECT _source, sum(received), sum(accepted), sum(rejected),
-               sumIf(accepted, received_at >= now64(3) - INTERVAL 60 SECOND)
+               sumIf(accepted, received_at >= now64(3) - INTERVAL 60 SECOND),
+               sum(beyond_horizon)
         FROM {db}.ingest_batches GROUP BY _source ORDER BY _source
         """
     ).result_rows
-    for source, received, accepted, rejected, last_minute in rows:
+    for source, received, accepted, rejected, last_minute, beyond_horizon in rows:
         for outcome, value in (
             ("accepted", accepted),
             ("duplicate", received - accepted - rejected),
@@ -79,6 +81,16 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
                 "Accepted listen events per second over the last minute, by source.",
                 {"source": source},
                 last_minute / 60.0,
+            )
+        )
+        gauges.append(
+            (
+                "toplist_events_beyond_horizon_total",
+                "counter",
+                "Accepted events that arrived more than TOPLIST_LATE_HORIZON_SECONDS after their"
+                " event_time: kept in raw, never counted.",
+                {"source": source},
+                float(beyond_horizon),
             )
         )
     dead_letters = state.store.client.command(f"SELECT count() FROM {db}.listens_dead_letters")
@@ -117,6 +129,13 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
                 "as_of of the current snapshot, as a Unix time.",
                 {},
                 snapshot.as_of.timestamp(),
+            ),
+            (
+                "toplist_snapshot_voids",
+                "gauge",
+                "Voided events the current snapshot reflects.",
+                {},
+                float(snapshot.void_count),
             ),
             (
                 "toplist_snapshot_entries",

@@ -40,6 +40,8 @@ class Snapshot:
     entry_count: int
     keep_top: int
     duration_ms: int
+    policies: tuple[str, ...] = ("v1",)
+    void_count: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -50,10 +52,15 @@ class Snapshot:
             "entry_count": self.entry_count,
             "keep_top": self.keep_top,
             "duration_ms": self.duration_ms,
+            "policies": list(self.policies),
+            "void_count": self.void_count,
         }
 
 
-SNAPSHOT_COLUMNS = "snapshot_id, as_of, policy, published_at, entry_count, keep_top, duration_ms"
+SNAPSHOT_COLUMNS = (
+    "snapshot_id, as_of, policy, published_at, entry_count, keep_top, duration_ms,"
+    " policies, void_count"
+)
 
 
 def iso(moment: datetime) -> str:
@@ -68,7 +75,8 @@ def utc(moment: datetime) -> datetime:
 
 
 def snapshot_from_row(row: tuple) -> Snapshot:
-    snapshot_id, as_of, policy, published_at, entry_count, keep_top, duration_ms = row
+    (snapshot_id, as_of, policy, published_at, entry_count, keep_top, duration_ms) = row[:7]
+    policies, void_count = row[7:]
     return Snapshot(
         snapshot_id=snapshot_id,
         as_of=utc(as_of),
@@ -77,7 +85,24 @@ def snapshot_from_row(row: tuple) -> Snapshot:
         entry_count=int(entry_count),
         keep_top=int(keep_top),
         duration_ms=int(duration_ms),
+        policies=tuple(policies),
+        void_count=int(void_count),
     )
+
+
+def registry_row(snapshot: Snapshot) -> list[object]:
+    """The registry row of a snapshot, in SNAPSHOT_COLUMNS order."""
+    return [
+        snapshot.snapshot_id,
+        snapshot.as_of,
+        snapshot.policy,
+        snapshot.published_at,
+        snapshot.entry_count,
+        snapshot.keep_top,
+        snapshot.duration_ms,
+        list(snapshot.policies),
+        snapshot.void_count,
+    ]
 
 
 def current_snapshot(client: Client, database: str) -> Snapshot | None:
@@ -113,7 +138,14 @@ def _publish(
 ) -> Snapshot:
     db = config.database
     started = time.monotonic()
-    dbt_vars = {"policy": config.policy, "keep_top": config.keep_top}
+    dbt_vars = {
+        "policy": config.policy,
+        "policies": list(config.policies),
+        "keep_top": config.keep_top,
+    }
+    # Read before ranking: every void counted here is reflected in the snapshot (one made
+    # while the ranking runs may be reflected too, and is counted by the next snapshot).
+    void_count = int(client.command(f"SELECT uniqExact(event_id) FROM {db}.listen_voids"))
     if as_of is not None:
         dbt_vars["as_of"] = utc(as_of).strftime("%Y-%m-%d %H:%M:%S.%f")
     try:
@@ -123,8 +155,8 @@ def _publish(
     except dbt.DbtError as error:
         raise PublishError(f"ranking failed, nothing was published: {error}") from error
 
-    aligned, policy, keep_top = client.query(
-        f"SELECT as_of, policy, keep_top FROM {db}.int_chart__as_of"
+    aligned, policy, policies, keep_top = client.query(
+        f"SELECT as_of, policy, policies, keep_top FROM {db}.int_chart__as_of"
     ).result_rows[0]
     aligned = utc(aligned)
     snapshot_id = f"{aligned:%Y%m%dT%H%MZ}-{uuid.uuid4().hex[:12]}"
@@ -132,8 +164,8 @@ def _publish(
         client.command(
             f"""
             INSERT INTO {db}.chart_entries
-                (snapshot_id, window_name, scope, rank, song_id, listens)
-            SELECT {{snapshot_id:String}}, window_name, scope, rank, song_id, listens
+                (snapshot_id, policy, window_name, scope, rank, song_id, listens)
+            SELECT {{snapshot_id:String}}, policy, window_name, scope, rank, song_id, listens
             FROM {db}.chart_rankings
             """,
             parameters={"snapshot_id": snapshot_id},
@@ -153,11 +185,19 @@ def _publish(
         published_at = now.replace(microsecond=now.microsecond // 1000 * 1000)
         duration_ms = int((time.monotonic() - started) * 1000)
         snapshot = Snapshot(
-            snapshot_id, aligned, policy, published_at, written, int(keep_top), duration_ms
+            snapshot_id,
+            aligned,
+            policy,
+            published_at,
+            written,
+            int(keep_top),
+            duration_ms,
+            tuple(policies),
+            void_count,
         )
         client.insert(
             f"{db}.chart_snapshots",
-            [[snapshot_id, aligned, policy, published_at, written, int(keep_top), duration_ms]],
+            [registry_row(snapshot)],
             column_names=[c.strip() for c in SNAPSHOT_COLUMNS.split(",")],
         )
     except Exception:
@@ -165,11 +205,12 @@ def _publish(
         raise
     _prune(client, config)
     log.info(
-        "published snapshot %s (as_of %s, policy %s, %d entries, %d ms)",
+        "published snapshot %s (as_of %s, policies %s, %d entries, %d voids, %d ms)",
         snapshot_id,
         iso(aligned),
-        policy,
+        ",".join(policies),
         written,
+        void_count,
         duration_ms,
     )
     return snapshot

@@ -33,6 +33,11 @@ class Board:
     entries: list[Entry]
     by_song: dict[str, Entry]
 
+    def top(self, k: int) -> list[Entry]:
+        """The cut at k, the same for every policy: the rows ranked k or better (v1 has one
+        row per rank; v1-ties also keeps every song tied at rank k)."""
+        return [entry for entry in self.entries if entry.rank <= k]
+
 
 class SnapshotStore:
     def __init__(
@@ -50,7 +55,7 @@ class SnapshotStore:
         self._lock = threading.RLock()
         self._snapshot: Snapshot | None = None
         self._checked_at: float | None = None
-        self._boards: dict[tuple[str, str], Board] = {}
+        self._boards: dict[tuple[str, str, str], Board] = {}
         self._scopes: list[str] | None = None
 
     @property
@@ -75,12 +80,12 @@ class SnapshotStore:
                 self._checked_at = now
             return self._snapshot
 
-    def board(self, snapshot: Snapshot, window: str, scope: str) -> Board:
-        key = (window, scope)
+    def board(self, snapshot: Snapshot, policy: str, window: str, scope: str) -> Board:
+        key = (policy, window, scope)
         with self._lock:
             board = self._boards.get(key) if self._snapshot == snapshot else None
             if board is None:
-                board = self._load(snapshot.snapshot_id, window, scope)
+                board = self._load(snapshot.snapshot_id, policy, window, scope)
                 if self._snapshot == snapshot:
                     self._boards[key] = board
             return board
@@ -102,15 +107,15 @@ class SnapshotStore:
                 self._scopes = scopes
             return scopes
 
-    def _load(self, snapshot_id: str, window: str, scope: str) -> Board:
+    def _load(self, snapshot_id: str, policy: str, window: str, scope: str) -> Board:
         rows = self.client.query(
             f"""
             SELECT rank, song_id, listens FROM {self._database}.chart_entries
-            WHERE snapshot_id = {{id:String}} AND window_name = {{window:String}}
-              AND scope = {{scope:String}}
-            ORDER BY rank
+            WHERE snapshot_id = {{id:String}} AND policy = {{policy:String}}
+              AND window_name = {{window:String}} AND scope = {{scope:String}}
+            ORDER BY rank, song_id
             """,
-            parameters={"id": snapshot_id, "window": window, "scope": scope},
+            parameters={"id": snapshot_id, "policy": policy, "window": window, "scope": scope},
         ).result_rows
         entries = [Entry(int(rank), song_id, int(listens)) for rank, song_id, listens in rows]
         return Board(entries, {entry.song_id: entry for entry in entries})

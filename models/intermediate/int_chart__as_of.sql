@@ -1,8 +1,8 @@
 {{ config(materialized='table', engine='MergeTree()', order_by='tuple()') }}
 
-{#- One row: the snapshot time this build ranks at, aligned down to the bucket, and the
-    policy and depth it ranks with. The publisher reads it back, so the alignment rule is
-    applied here only. -#}
+{#- One row: the snapshot time this build ranks at, aligned down to the bucket, the default
+    policy, every policy it ranks with, and the depth it keeps. The publisher reads it back,
+    so the alignment rule is applied here only. -#}
 
 with
 
@@ -11,6 +11,7 @@ final as (
     select
         {{ align_as_of(none if var('as_of') is none else "'" ~ var('as_of') ~ "'") }} as as_of,
         '{{ var("policy") }}' as policy,
+        [{% for policy in var('policies') %}'{{ policy }}'{{ ", " if not loop.last }}{% endfor %}] as policies,
         toUInt32({{ var('keep_top') }}) as keep_top
 
 )

@@ -1,4 +1,4 @@
-{{ config(engine='MergeTree()', order_by='(window_name, scope, rank)') }}
+{{ config(engine='MergeTree()', order_by='(policy, window_name, scope, rank, song_id)') }}
 
 with
 
@@ -14,15 +14,22 @@ build as (
 
 ),
 
+-- every published policy ranks the same boards; each policy's rows are its own
 ranked as (
 
+    {%- for policy in var('policies') %}
+
     select
+        '{{ policy }}' as policy,
         window_name,
         scope,
         song_id,
         listens,
-        {{ rank_items(var('policy'), partition_by='window_name, scope', score='listens', item='song_id') }} as rank
+        {{ rank_items(policy, partition_by='window_name, scope', score='listens', item='song_id') }} as rank
     from windowed
+    {{ "union all" if not loop.last }}
+
+    {%- endfor %}
 
 ),
 
@@ -30,7 +37,7 @@ final as (
 
     select
         build.as_of as as_of,
-        build.policy as policy,
+        ranked.policy as policy,
         ranked.window_name as window_name,
         ranked.scope as scope,
         toUInt32(ranked.rank) as rank,
