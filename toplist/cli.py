@@ -108,7 +108,10 @@ def cmd_void(args: argparse.Namespace, config: Config) -> int:
         )
         if args.publish:
             snapshot = publish(client, config)
-            print(f"published corrected snapshot {snapshot.snapshot_id}")
+            print(
+                f"published corrected snapshot {snapshot.snapshot_id}"
+                f" ({snapshot.void_count:,} voided events excluded)"
+            )
     return 0
 
 
@@ -116,13 +119,31 @@ def cmd_rebuild(args: argparse.Namespace, config: Config) -> int:
     from toplist.corrections import rebuild_aggregates
     from toplist.migrate import migrate
 
-    def progress(done: int, total: int, month: int) -> None:
-        _say(f"  rebuilt {month // 100}-{month % 100:02d} ({done}/{total})")
+    started = time.monotonic()
+
+    def progress(done: int, total: int, month: int, rows: int) -> None:
+        what = f"recounted, {rows:,} bucket rows" if rows else "kept as it was"
+        _say(
+            f"  [{done}/{total}] {month // 100}-{month % 100:02d} {what}"
+            f" ({time.monotonic() - started:.1f} s)"
+        )
 
     with session(config) as client:
         migrate(client, config)
-        months = rebuild_aggregates(client, config.database, args.start, args.end, progress)
-    print(f"rebuilt {len(months)} month(s) of aggregates from the raw events")
+        _say("rebuilding the bucket aggregates from the raw events into a fresh table")
+        result = rebuild_aggregates(
+            client, config.database, args.start, args.end, progress, config.raw_ttl_days
+        )
+    if result.expired:
+        months = ", ".join(f"{m // 100}-{m % 100:02d}" for m in result.expired)
+        _say(
+            f"kept {months} as they were: raw events older than TOPLIST_RAW_TTL_DAYS"
+            f" ({config.raw_ttl_days}) may have expired, so a recount would come out short"
+        )
+    print(
+        f"rebuilt {len(result.recounted)} month(s) of aggregates from the raw events"
+        f" ({result.rows:,} bucket rows) and swapped them in, in {result.seconds:.1f} s"
+    )
     return 0
 
 
@@ -415,12 +436,18 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild = commands.add_parser(
         "rebuild",
         help="rebuild aggregates from the raw events",
-        description="Recompute the bucket aggregates from the raw "
-        "events (minus voids), widened to whole months. Pause "
-        "ingestion while it runs.",
+        description="Recompute the bucket aggregates from the raw events (minus voids and"
+        " events beyond the late horizon) into a fresh table, widened to whole months, and"
+        " swap it in atomically: reads keep working and see the old or the new aggregates."
+        " Prints progress per month. Pause ingestion while it runs (embedded mode: it is,"
+        " since one process owns the data directory).",
     )
-    rebuild.add_argument("--from", dest="start", type=_time, metavar="T")
-    rebuild.add_argument("--to", dest="end", type=_time, metavar="T")
+    rebuild.add_argument(
+        "--from", dest="start", type=_time, metavar="T", help="first event_time (default: all)"
+    )
+    rebuild.add_argument(
+        "--to", dest="end", type=_time, metavar="T", help="end, exclusive (default: all)"
+    )
     rebuild.set_defaults(handler=cmd_rebuild)
 
     dbt = commands.add_parser(

@@ -2,15 +2,16 @@
 
 Voided events stay in `listens` for audit. A void row (sql/0008) takes the listen back out of
 the bucket aggregates, so the next publication no longer counts it. A rebuild recomputes the
-aggregates from `listens` minus the voids and swaps them in one partition at a time.
+aggregates from `listens` minus the voids into a fresh table and swaps it in atomically.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 
@@ -64,8 +65,10 @@ def void_events(client: Client, database: str, event_ids: list[str], reason: str
         )
         client.command(
             f"""
-            INSERT INTO {database}.listen_voids (event_id, song_id, country, event_time, reason)
-            SELECT event_id, any(song_id), any(country), any(event_time), {{reason:String}}
+            INSERT INTO {database}.listen_voids
+                (event_id, song_id, country, event_time, beyond_horizon, reason)
+            SELECT event_id, any(song_id), any(country), any(event_time), any(beyond_horizon),
+                {{reason:String}}
             FROM {database}.listens
             WHERE event_id IN {{ids:Array(String)}}
               AND event_id NOT IN (
@@ -83,7 +86,8 @@ def void_events(client: Client, database: str, event_ids: list[str], reason: str
 
 
 def _counted(database: str, where: str) -> str:
-    """What `listens_by_10m` must hold for the events matching `where`: raw minus voids.
+    """What `listens_by_10m` must hold for the events matching `where`: raw minus voids,
+    leaving out the events that arrived beyond the late horizon (flagged on arrival, 0011).
 
     The one definition of a correct aggregate, shared by the rebuild and the recount. `where`
     may use event_time (both `listens` and `listen_voids` have it) and query parameters.
@@ -97,7 +101,7 @@ def _counted(database: str, where: str) -> str:
         FROM (
             SELECT event_id, song_id, country, event_time
             FROM {database}.listens FINAL
-            WHERE {where}
+            WHERE ({where}) AND NOT beyond_horizon
         ) AS counted
         LEFT ANTI JOIN (
             SELECT DISTINCT event_id FROM {database}.listen_voids WHERE {where}
@@ -161,43 +165,80 @@ def _months(client: Client, database: str, start: datetime | None, end: datetime
     return [int(month) for (month,) in rows]
 
 
+@dataclass
+class RebuildResult:
+    recounted: list[int] = field(default_factory=list)  # months recomputed from raw (YYYYMM)
+    copied: list[int] = field(default_factory=list)  # months outside the range, kept as they were
+    expired: list[int] = field(default_factory=list)  # in range, but raw may have expired: kept
+    rows: int = 0  # bucket rows written for the recounted months
+    seconds: float = 0.0
+
+
 def rebuild_aggregates(
     client: Client,
     database: str,
     start: datetime | None = None,
     end: datetime | None = None,
-    progress: Callable[[int, int, int], None] | None = None,
-) -> list[int]:
+    progress: Callable[[int, int, int, int], None] | None = None,
+    raw_ttl_days: int = 0,
+) -> RebuildResult:
     """Recompute `listens_by_10m` from the raw events for [start, end) (default: all).
 
-    The range is widened to whole months, the aggregate's partitions, so that each month is
-    swapped in with one atomic REPLACE PARTITION: readers see the old month or the new one,
-    never a mix. Run it while ingestion is paused (events that arrive for a month between
-    its recount and its swap would be missing from the aggregate until the next rebuild).
-    Returns the months rebuilt (YYYYMM).
+    The new aggregates are built in a fresh table: each month in the range (widened to whole
+    months, the table's partitions) is recounted from raw minus voids, every other month is
+    copied as it is (hard links, no rewrite). Then one EXCHANGE TABLES swaps the whole table
+    atomically, so a reader sees the old aggregates or the new ones, never a mix, and a query
+    already running finishes on the old ones. With a raw TTL (`raw_ttl_days`), a month that
+    reaches back past the retention horizon may have lost raw events, so it is kept as it is
+    rather than recounted short. `progress(done, total, month, rows)` follows each month.
+
+    Run it while ingestion is paused (in embedded mode one process owns the data, so nothing
+    else writes): aggregates written between a month's copy and the swap would be lost until
+    the next rebuild.
     """
-    months = _months(client, database, start, end)
+    started = time.monotonic()
+    in_range = set(_months(client, database, start, end))
+    months = sorted(in_range | set(_months(client, database, None, None)))
+    horizon = None
+    if raw_ttl_days:
+        oldest_kept = datetime.now(UTC) - timedelta(days=raw_ttl_days)
+        horizon = oldest_kept.year * 100 + oldest_kept.month  # months before it lost rows
     counted = _counted(database, "toYYYYMM(event_time) = {month:UInt32}")
+    live = f"{database}.listens_by_10m"
     staging = f"{database}.listens_by_10m_rebuild"
+    result = RebuildResult()
     client.command(f"DROP TABLE IF EXISTS {staging}")
-    client.command(f"CREATE TABLE {staging} AS {database}.listens_by_10m")
+    client.command(f"CREATE TABLE {staging} AS {live}")
     try:
         for done, month in enumerate(months, start=1):
-            client.command(
-                f"""
-                INSERT INTO {staging} (bucket_start, country, song_id, listens)
-                SELECT bucket_start, country, song_id, sumState(listens) AS listens
-                FROM ({counted})
-                GROUP BY bucket_start, country, song_id
-                """,
-                parameters={"month": month},
-            )
-            client.command(
-                f"ALTER TABLE {database}.listens_by_10m REPLACE PARTITION {month} FROM {staging}"
-            )
-            client.command(f"ALTER TABLE {staging} DROP PARTITION {month}")
+            rows = 0
+            if month not in in_range:
+                client.command(f"ALTER TABLE {staging} REPLACE PARTITION {month} FROM {live}")
+                result.copied.append(month)
+            elif horizon is not None and month <= horizon:
+                client.command(f"ALTER TABLE {staging} REPLACE PARTITION {month} FROM {live}")
+                result.expired.append(month)
+            else:
+                client.command(
+                    f"""
+                    INSERT INTO {staging} (bucket_start, country, song_id, listens)
+                    SELECT bucket_start, country, song_id, sumState(listens) AS listens
+                    FROM ({counted})
+                    GROUP BY bucket_start, country, song_id
+                    """,
+                    parameters={"month": month},
+                )
+                rows = int(
+                    client.command(
+                        f"SELECT count() FROM {staging} WHERE toYYYYMM(bucket_start) = {month:d}"
+                    )
+                )
+                result.recounted.append(month)
+                result.rows += rows
             if progress:
-                progress(done, len(months), month)
+                progress(done, len(months), month, rows)
+        client.command(f"EXCHANGE TABLES {live} AND {staging}")
     finally:
         client.command(f"DROP TABLE IF EXISTS {staging}")
-    return months
+    result.seconds = time.monotonic() - started
+    return result
