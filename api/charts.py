@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from api.app import ApiError, toplist
 from api.publisher import Snapshot, iso
@@ -84,26 +85,41 @@ def _snapshot() -> Snapshot:
     return snapshot
 
 
-def snapshot_header(snapshot: Snapshot, policy: str | None = None) -> dict[str, object]:
-    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
+def snapshot_header(
+    snapshot: Snapshot, policy: str | None = None, stale: bool | None = None
+) -> dict[str, object]:
+    if stale is None:
+        stale = _stale(snapshot)
     return {
         "as_of": iso(snapshot.as_of),
         "snapshot_id": snapshot.snapshot_id,
         "policy": policy or snapshot.policy,
         "published_at": iso(snapshot.published_at),
-        "stale": age > toplist().config.stale_after_seconds,
+        "stale": stale,
     }
 
 
-def from_snapshot(body: dict[str, object], snapshot: Snapshot) -> Response:
-    """The JSON answer, cacheable until the next publication is due, or 304 if unchanged."""
-    response = jsonify(body)
-    response.set_etag(snapshot.snapshot_id + ("-stale" if body["stale"] else ""))
+def _stale(snapshot: Snapshot) -> bool:
+    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
+    return age > toplist().config.stale_after_seconds
+
+
+def from_snapshot(
+    snapshot: Snapshot, key: tuple, body: Callable[[bool], dict[str, object]]
+) -> Response:
+    """The JSON answer `body(stale)`, cacheable until the next publication is due, or 304 if
+    unchanged. The encoded answer is kept per snapshot, request `key` and staleness, so a
+    repeated read is a lookup."""
+    stale = _stale(snapshot)
+    etag = snapshot.snapshot_id + ("-stale" if stale else "")
     interval = timedelta(seconds=toplist().config.publish_interval_seconds)
     due_in = (snapshot.published_at + interval - datetime.now(UTC)).total_seconds()
-    response.cache_control.public = True
-    response.cache_control.max_age = max(0, math.floor(due_in))
-    return response.make_conditional(request)
+    max_age = max(0, math.floor(due_in))
+    headers = {"ETag": f'"{etag}"', "Cache-Control": f"public, max-age={max_age}"}
+    if request.if_none_match.contains(etag):
+        return current_app.response_class(status=304, headers=headers)
+    encoded = toplist().store.memo(snapshot, (*key, stale), lambda: jsonify(body(stale)).get_data())
+    return current_app.response_class(encoded, headers=headers, mimetype="application/json")
 
 
 @charts.get("/v1/charts/<scope>")
@@ -111,17 +127,18 @@ def chart(scope: str):  # type: ignore[no-untyped-def]
     scope, window, k = _scope(scope), _window(), _k()
     snapshot = _snapshot()
     policy = _policy(snapshot)
-    board = toplist().store.board(snapshot, policy, window, scope)
-    return from_snapshot(
-        {
+
+    def body(stale: bool) -> dict[str, object]:
+        board = toplist().store.board(snapshot, policy, window, scope)
+        return {
             "scope": scope,
             "window": window,
             "k": k,
-            **snapshot_header(snapshot, policy),
+            **snapshot_header(snapshot, policy, stale),
             "items": [entry.as_dict() for entry in board.top(k)],
-        },
-        snapshot,
-    )
+        }
+
+    return from_snapshot(snapshot, ("chart", policy, window, scope, k), body)
 
 
 @charts.get("/v1/charts/<scope>/songs/<path:song_id>")
@@ -138,15 +155,16 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
             f" {snapshot.snapshot_id} (snapshots keep the top {snapshot.keep_top} per board)",
         )
     return from_snapshot(
-        {
+        snapshot,
+        ("song", policy, window, scope, song_id),
+        lambda stale: {
             "scope": scope,
             "window": window,
-            **snapshot_header(snapshot, policy),
+            **snapshot_header(snapshot, policy, stale),
             "song_id": entry.song_id,
             "rank": entry.rank,
             "listens": entry.listens,
         },
-        snapshot,
     )
 
 
@@ -156,11 +174,12 @@ def scopes():  # type: ignore[no-untyped-def]
     the voids it reflects (for pickers such as the web page)."""
     snapshot = _snapshot()
     return from_snapshot(
-        {
-            **snapshot_header(snapshot),
+        snapshot,
+        ("scopes",),
+        lambda stale: {
+            **snapshot_header(snapshot, stale=stale),
             "policies": list(snapshot.policies),
             "void_count": snapshot.void_count,
             "scopes": toplist().store.scopes(snapshot),
         },
-        snapshot,
     )

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
@@ -30,13 +31,21 @@ class Entry:
 
 @dataclass
 class Board:
-    entries: list[Entry]
+    entries: list[Entry]  # in rank order
     by_song: dict[str, Entry]
+    ranks: list[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.ranks = [entry.rank for entry in self.entries]
 
     def top(self, k: int) -> list[Entry]:
         """The cut at k, the same for every policy: the rows ranked k or better (v1 has one
         row per rank; v1-ties also keeps every song tied at rank k)."""
-        return [entry for entry in self.entries if entry.rank <= k]
+        return self.entries[: bisect_right(self.ranks, k)]
+
+
+# Encoded answers kept per snapshot (each distinct chart request); past this, start over.
+MEMO_LIMIT = 4096
 
 
 class SnapshotStore:
@@ -57,6 +66,10 @@ class SnapshotStore:
         self._checked_at: float | None = None
         self._boards: dict[tuple[str, str, str], Board] = {}
         self._scopes: list[str] | None = None
+        self._memo: dict[tuple, object] = {}
+        self._refreshing = False
+        self._checked_once = False
+        self._generation = 0
 
     @property
     def client(self) -> Client:
@@ -67,16 +80,31 @@ class SnapshotStore:
     def invalidate(self) -> None:
         with self._lock:
             self._checked_at = None
+            self._generation += 1
 
     def current(self) -> Snapshot | None:
+        """The current snapshot. When a check is due, one request asks the registry while
+        the others go on with the snapshot they have (no convoy behind the query)."""
         with self._lock:
             now = self._clock()
-            if self._checked_at is None or now - self._checked_at >= self._poll_seconds:
-                latest = current_snapshot(self.client, self._database)
-                if latest != self._snapshot:
-                    self._snapshot = latest
-                    self._boards = {}
-                    self._scopes = None
+            due = self._checked_at is None or now - self._checked_at >= self._poll_seconds
+            if not due or (self._refreshing and self._checked_once):
+                return self._snapshot
+            self._refreshing = True
+            generation = self._generation
+        try:
+            latest = current_snapshot(self.client, self._database)
+        finally:
+            with self._lock:
+                self._refreshing = False
+        with self._lock:
+            if latest != self._snapshot:
+                self._snapshot = latest
+                self._boards = {}
+                self._scopes = None
+                self._memo = {}
+            self._checked_once = True
+            if generation == self._generation:  # else a publication came since: check again
                 self._checked_at = now
             return self._snapshot
 
@@ -89,6 +117,20 @@ class SnapshotStore:
                 if self._snapshot == snapshot:
                     self._boards[key] = board
             return board
+
+    def memo(self, snapshot: Snapshot, key: tuple, build: Callable[[], object]) -> object:
+        """`build()` once per snapshot and key (an encoded answer: a snapshot never changes, so
+        neither does what is drawn from it)."""
+        with self._lock:
+            if self._snapshot == snapshot and key in self._memo:
+                return self._memo[key]
+        value = build()
+        with self._lock:
+            if self._snapshot == snapshot:
+                if len(self._memo) >= MEMO_LIMIT:
+                    self._memo = {}
+                self._memo[key] = value
+        return value
 
     def scopes(self, snapshot: Snapshot) -> list[str]:
         """The scopes that have a board in the snapshot, `global` first."""

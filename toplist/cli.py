@@ -18,6 +18,9 @@ from toplist.engine import connect, session
 
 log = logging.getLogger("toplist")
 
+# Request threads of `toplist serve` (waitress); more only adds GIL contention on 2 cores.
+API_THREADS = 4
+
 
 def _time(value: str) -> datetime:
     """An RFC 3339 time (a missing offset means UTC) or epoch milliseconds."""
@@ -197,9 +200,11 @@ def _serve(
         )
     _say(banner or f"serving the Toplist API on http://{host}:{port}/")
     try:
-        from werkzeug.serving import run_simple
+        from waitress import create_server
 
-        run_simple(host, port, app, threaded=True)
+        # A production WSGI server in the process that owns the engine: keep-alive, a fixed
+        # pool of request threads (reads are dictionary lookups in the snapshot cache).
+        create_server(app, host=host, port=port, threads=API_THREADS, ident="toplist").run()
     finally:
         if consumer:
             consumer.stop()
@@ -469,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("apscheduler", "werkzeug"):
+    for noisy in ("apscheduler", "werkzeug", "waitress"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         config = Config.from_env()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -74,6 +75,8 @@ class Config:
     policies: tuple[str, ...] = POLICIES
     snapshot_retention: int = 24
     load_batch_rows: int = 50_000
+    # How often an API process asks the registry for a new snapshot. Embedded, none by
+    # default: no other process can publish, and every in-process publication tells the cache.
     cache_poll_seconds: float = 1.0
     # Kafka: empty brokers means no Kafka. Embedded mode consumes in-process (ingest/consumer.py);
     # server mode renders the Kafka engine table (sql/0009) from these same settings.
@@ -184,4 +187,6 @@ class Config:
             raw_ttl_days=_int(env, "TOPLIST_RAW_TTL_DAYS", base.raw_ttl_days, minimum=0),
             internal_token=env.get("TOPLIST_INTERNAL_TOKEN", base.internal_token).strip(),
         )
+        if config.embedded and not env.get("TOPLIST_CACHE_POLL_SECONDS"):
+            config = replace(config, cache_poll_seconds=math.inf)
         return replace(config, **overrides) if overrides else config
