@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint clean
+.PHONY: run test lint bench clean
 
 $(STAMP): pyproject.toml
 	rm -rf $(VENV)
@@ -27,6 +27,14 @@ $(CHROMIUM):
 test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
+
+# Benchmarks (bench/README.md): wrk and nginx from Debian, py-spy into .venv.
+bench: $(STAMP)
+	@command -v wrk >/dev/null && command -v nginx >/dev/null \
+	  || $(SUDO) apt-get install -y wrk nginx-light \
+	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y wrk nginx-light)
+	$(VENV)/bin/pip install --quiet -e '.[dev,bench]'
+	$(VENV)/bin/python -m bench $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,90 @@
+"""What every benchmark here shares: medians, child processes with their peak memory, tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from toplist.config import Config
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def bench_config(directory: Path, **overrides: object) -> Config:
+    """A fresh embedded engine in `directory`, ranking with v1 only (as the baselines do)."""
+    return Config.from_env(
+        {},
+        clickhouse_url=f"chdb://{directory}",
+        policies=("v1",),
+        **overrides,
+    )
+
+
+def scratch(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"toplist-bench-{prefix}-"))
+
+
+def run_child(module: str, *args: str) -> tuple[dict, int]:
+    """Run `python -m module args` alone; return the JSON it printed last and its peak RSS
+    in bytes (os.wait4 gives each child's own maximum, not the largest child's so far)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True
+    )
+    out = process.stdout.read() if process.stdout else ""
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(args)} failed with exit code {process.returncode}")
+    return json.loads(out.strip().splitlines()[-1]), usage.ru_maxrss * 1024
+
+
+def table(title: str, header: list[str], rows: list[list[object]]) -> str:
+    cells = [header] + [[_cell(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = [title]
+    for n, row in enumerate(cells):
+        lines.append(
+            "  ".join(
+                value.ljust(width) if i == 0 else value.rjust(width)
+                for i, (value, width) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+        if n == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+@contextmanager
+def with_broker(brokers: str | None) -> Iterator[str]:
+    """The given broker, or the development broker started in a scratch directory."""
+    if brokers:
+        yield brokers
+        return
+    from ingest.kafka_broker import start_broker
+
+    broker = start_broker(scratch("kafka") / "kafka")
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()

@@ -1,0 +1,200 @@
+"""Ingest: the Kafka path and `toplist load`, beside an in-engine INSERT ... SELECT.
+
+Usage: python -m bench.ingest [--events N] [--partitions P] [--runs R] [--brokers HOST:PORT]
+
+The events (demo listens with 5% retries) are made once and produced beforehand to a topic
+with P partitions. Each run then measures, each in a fresh child process on a fresh data
+directory (so each figure has its own peak memory):
+  kafka          the embedded consumer (ingest/consumer.py) from the topic's first offset until
+                 every message is applied, through the SQL validation into raw and aggregates
+  load           `toplist load`'s code path (ingest.load.load_lines) on the same lines
+  insert-select  the limit: the same lines already in the engine (listens_incoming_log),
+                 applied by the same INSERT ... SELECT into the same incoming table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from bench.common import bench_config, median, run_child, say, scratch, table
+
+MODES = ("kafka", "load", "insert-select")
+
+
+def _counts(client, db: str) -> dict[str, int]:
+    return {
+        "raw_rows": int(client.command(f"SELECT count() FROM {db}.listens")),
+        "aggregate_listens": int(
+            client.command(f"SELECT sumMerge(listens) FROM {db}.listens_by_10m")
+        ),
+        "dead_letters": int(client.command(f"SELECT count() FROM {db}.listens_dead_letters")),
+    }
+
+
+def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
+    """One measurement in this process; returns what the parent prints."""
+    from ingest.load import _apply, load_lines
+    from toplist.engine import connect
+    from toplist.migrate import migrate
+
+    config = bench_config(scratch(mode))
+    client = connect(config)
+    migrate(client, config)
+    db = config.database
+    lines = lines_file.read_bytes().splitlines()
+    if mode == "load":
+        started = time.perf_counter()
+        load_lines(client, db, lines, batch_rows=config.load_batch_rows)
+        seconds = time.perf_counter() - started
+    elif mode == "insert-select":
+        batch_id = uuid.uuid4()
+        client.insert(
+            f"{db}.listens_incoming_log",
+            [lines, ["bench"] * len(lines), [batch_id] * len(lines)],
+            column_names=["raw_message", "_source", "_batch_id"],
+            column_oriented=True,
+        )
+        started = time.perf_counter()
+        _apply(client, db, batch_id)
+        seconds = time.perf_counter() - started
+    else:
+        from ingest.consumer import KafkaIngest
+
+        config = replace(
+            config, kafka_brokers=brokers, kafka_topic=topic, kafka_group=f"b-{uuid.uuid4().hex}"
+        )
+        ingest = KafkaIngest(config, connect).start()
+        first_at, first_messages = None, 0
+        while ingest.status.messages < len(lines):
+            time.sleep(0.02)
+            if first_at is None and ingest.status.messages:
+                first_at, first_messages = time.perf_counter(), ingest.status.messages
+            if ingest.status.last_error and not ingest.status.running:
+                raise RuntimeError(ingest.status.last_error)
+        done = time.perf_counter()
+        ingest.stop()
+        # Sustained rate: from the first applied batch (after the group join) to the last.
+        seconds = (done - first_at) * len(lines) / (len(lines) - first_messages)
+    counts = _counts(client, db)
+    client.close()
+    return {"mode": mode, "seconds": seconds, "messages": len(lines), **counts}
+
+
+def produce(brokers: str, topic: str, partitions: int, lines: list[bytes]) -> float:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from bench.kafka_clients import produce_confluent
+
+    admin = KafkaAdminClient(bootstrap_servers=brokers)
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    admin.close()
+    return produce_confluent(brokers, topic, lines)
+
+
+def run(events: int, partitions: int, runs: int, brokers: str) -> dict:
+    from ingest.generator import ListenGenerator
+
+    work = scratch("ingest")
+    say(f"ingest: making {events:,} events (5% retries) ...")
+    now = datetime.now(UTC)
+    generator = ListenGenerator(seed=3, songs=5_000, users=200_000)
+    lines = [line.encode() for line in generator.batch(events, now - timedelta(days=2), now).lines]
+    lines_file = work / "events.jsonl"
+    lines_file.write_bytes(b"\n".join(lines) + b"\n")
+    topic = f"bench-ingest-{uuid.uuid4().hex[:8]}"
+    rate = produce(brokers, topic, partitions, lines)
+    say(
+        f"ingest: produced {len(lines):,} messages to {topic} ({partitions} partitions,"
+        f" {rate:,.0f}/s)"
+    )
+    samples: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    for n in range(runs):
+        for mode in MODES:
+            result, peak = run_child(
+                "bench.ingest",
+                "--child",
+                mode,
+                "--lines",
+                str(lines_file),
+                "--brokers",
+                brokers,
+                "--topic",
+                topic,
+            )
+            result["peak_rss_mib"] = peak / 2**20
+            result["events_per_second"] = result["messages"] / result["seconds"]
+            samples[mode].append(result)
+            say(
+                f"ingest run {n + 1}/{runs}: {mode:<14}{result['events_per_second']:>12,.0f}"
+                f" events/s  peak {result['peak_rss_mib']:,.0f} MiB"
+                f"  raw {result['raw_rows']:,}"
+            )
+    summary = {
+        mode: {
+            "events_per_second": median([s["events_per_second"] for s in samples[mode]]),
+            "peak_rss_mib": median([s["peak_rss_mib"] for s in samples[mode]]),
+            "raw_rows": samples[mode][-1]["raw_rows"],
+        }
+        for mode in MODES
+    }
+    limit = summary["insert-select"]["events_per_second"]
+    for mode in MODES:
+        summary[mode]["ratio_to_insert_select"] = summary[mode]["events_per_second"] / limit
+    same = len({summary[mode]["raw_rows"] for mode in MODES}) == 1
+    return {
+        "messages": len(lines),
+        "partitions": partitions,
+        "runs": runs,
+        "summary": summary,
+        "same_raw_rows_in_every_mode": same,
+        "samples": samples,
+    }
+
+
+def render(report: dict) -> str:
+    rows = [
+        [mode, s["events_per_second"], s["ratio_to_insert_select"], s["peak_rss_mib"]]
+        for mode, s in report["summary"].items()
+    ]
+    return table(
+        f"Ingest: {report['messages']:,} messages, {report['partitions']} partitions,"
+        f" median of {report['runs']} runs (targets: kafka >= 200,000/s and >= 0.3x insert-select)",
+        ["path", "events/s", "x insert-select", "peak RSS MiB"],
+        rows,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ingest",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--brokers", help="an existing broker (default: start one)")
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--lines", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.child, args.lines, args.brokers, args.topic)))
+        return 0
+    from bench.common import with_broker
+
+    with with_broker(args.brokers) as brokers:
+        report = run(args.events, args.partitions, args.runs, brokers)
+    print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
