@@ -85,11 +85,7 @@ def _snapshot() -> Snapshot:
     return snapshot
 
 
-def snapshot_header(
-    snapshot: Snapshot, policy: str | None = None, stale: bool | None = None
-) -> dict[str, object]:
-    if stale is None:
-        stale = _stale(snapshot)
+def snapshot_header(snapshot: Snapshot, policy: str | None, stale: bool) -> dict[str, object]:
     return {
         "as_of": iso(snapshot.as_of),
         "snapshot_id": snapshot.snapshot_id,
@@ -177,7 +173,7 @@ def scopes():  # type: ignore[no-untyped-def]
         snapshot,
         ("scopes",),
         lambda stale: {
-            **snapshot_header(snapshot, stale=stale),
+            **snapshot_header(snapshot, None, stale),
             "policies": list(snapshot.policies),
             "void_count": snapshot.void_count,
             "scopes": toplist().store.scopes(snapshot),

@@ -14,7 +14,6 @@ Needs wrk and nginx for the read path (`make bench` installs them from Debian).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -23,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import ingest, publication, read_path
-from bench.common import with_broker
+from bench.common import arguments, with_broker
 
 SIZES = {
     "full": {
@@ -37,11 +36,7 @@ SECTIONS = ("ingest", "publication", "read")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = arguments("python -m bench", __doc__)
     parser.add_argument(
         "--only",
         default=",".join(SECTIONS),

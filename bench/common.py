@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -13,6 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from toplist.config import Config
+
+
+def arguments(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's command line, its module docstring as --help."""
+    return argparse.ArgumentParser(
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
 
 
 def median(values: list[float]) -> float:

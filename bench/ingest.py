@@ -23,7 +23,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bench.common import bench_config, median, run_child, say, scratch, table
+from bench.common import arguments, bench_config, median, run_child, say, scratch, table
 
 MODES = ("kafka", "load", "insert-select")
 
@@ -172,11 +172,7 @@ def render(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.ingest",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = arguments("python -m bench.ingest", __doc__)
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)

@@ -20,12 +20,11 @@ the baseline is known to be the same board. Beside the size sweep, at --sweep-at
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from bench.common import bench_config, median, say, scratch, table
+from bench.common import arguments, bench_config, median, say, scratch, table
 
 COUNTRIES = [
     "US",
@@ -235,11 +234,7 @@ def render(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.publication",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = arguments("python -m bench.publication", __doc__)
     parser.add_argument("--sizes", default="1M,10M,50M", help="event counts, cumulative")
     parser.add_argument("--sweep-at", default="1M", help="events for the songs and hot sweeps")
     parser.add_argument("--runs", type=int, default=3)

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,17 +25,12 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import bench_config, median, say, scratch, table
+from bench.common import arguments, bench_config, median, say, scratch, table
+from ingest.kafka_broker import free_port
 
 # target -> (connections, delay in ms between a connection's requests; None = flat out)
 LOADS = {"100/s": (10, 100), "1000/s": (50, 50), "max": (64, None)}
 SCOPE = "SE"
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def setup(directory: Path) -> None:
@@ -131,7 +125,7 @@ def run(runs: int, seconds: int = 10) -> dict:
     subprocess.run(
         [sys.executable, "-m", "bench.read_path", "--setup", str(work / "data")], check=True
     )
-    api_port, nginx_port = _port(), _port()
+    api_port, nginx_port = free_port(), free_port()
     env = {
         **os.environ,
         "TOPLIST_CLICKHOUSE_URL": f"chdb://{work / 'data'}",
@@ -227,11 +221,7 @@ def render(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.read_path",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = arguments("python -m bench.read_path", __doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     parser.add_argument("--setup", type=Path, help=argparse.SUPPRESS)

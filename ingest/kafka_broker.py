@@ -69,7 +69,8 @@ def fetch_jars(cache: Path = DEFAULT_CACHE) -> Path:
     return libs
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -135,7 +136,7 @@ class Broker:
 def start_broker(directory: Path = DEFAULT_DIR, cache: Path = DEFAULT_CACHE) -> Broker:
     """Fetch, format a fresh KRaft log directory in `directory`, start, wait until it answers."""
     directory.mkdir(parents=True, exist_ok=True)
-    broker = Broker(directory, fetch_jars(cache), _free_port(), _free_port())
+    broker = Broker(directory, fetch_jars(cache), free_port(), free_port())
     data = directory / "data"
     (directory / "server.properties").write_text(
         "\n".join(

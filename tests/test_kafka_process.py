@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -15,12 +14,7 @@ from kafka_support import create_topic, wait_for
 from reference import boards
 
 from ingest.generator import ListenGenerator
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from ingest.kafka_broker import free_port
 
 
 def _get(port: int, path: str):
@@ -86,7 +80,7 @@ def test_killed_consumer_process_loses_nothing_and_counts_nothing_twice(tmp_path
     sent = len(batch.lines)
     assert f"sent {sent:,} · acknowledged {sent:,} · failed 0" in produced.stdout
 
-    port = _free_port()
+    port = free_port()
     serve = [sys.executable, "-m", "toplist.cli", "serve", "--ingest", "--port", str(port)]
     log = (tmp_path / "serve.log").open("w")
     first = subprocess.Popen(serve, env=env, stdout=log, stderr=subprocess.STDOUT)
