@@ -10,6 +10,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import accumulate
 
 # 60 ISO 3166-1 alpha-2 codes with rough, made-up weights (bigger markets listen more).
 # fmt: off
@@ -106,12 +107,13 @@ class ListenGenerator:
     ) -> None:
         self.rng = random.Random(seed)
         self.song_ids = [f"song-{i:05d}" for i in range(songs)]
-        # Zipf-like skew: song i is chosen with weight 1 / (i + 1).
-        self.song_weights = [1.0 / (i + 1) for i in range(songs)]
+        # Zipf-like skew: song i is chosen with weight 1 / (i + 1). Cumulative weights are
+        # summed once here; random.choices would otherwise sum them again for every event.
+        self.song_cum_weights = list(accumulate(1.0 / (i + 1) for i in range(songs)))
         self.users = users
         countries = countries or COUNTRIES
         self.countries = list(countries)
-        self.country_weights = list(countries.values())
+        self.country_cum_weights = list(accumulate(countries.values()))
         self._sequence = 0
 
     def listen(self, start: datetime, end: datetime) -> Listen:
@@ -120,9 +122,9 @@ class ListenGenerator:
         offset = timedelta(milliseconds=int(self.rng.random() * span * 1000))
         return Listen(
             event_id=f"evt-{self.rng.getrandbits(48):012x}-{self._sequence}",
-            song_id=self.rng.choices(self.song_ids, self.song_weights)[0],
+            song_id=self.rng.choices(self.song_ids, cum_weights=self.song_cum_weights)[0],
             user_id=f"user-{self.rng.randrange(self.users)}",
-            country=self.rng.choices(self.countries, self.country_weights)[0],
+            country=self.rng.choices(self.countries, cum_weights=self.country_cum_weights)[0],
             event_time=start + offset,
         )
 
