@@ -150,7 +150,10 @@ def _publish(
         dbt_vars["as_of"] = utc(as_of).strftime("%Y-%m-%d %H:%M:%S.%f")
     try:
         dbt.invoke(
-            config, ["run", "--select", "+chart_rankings", "--vars", repr(dbt_vars)], quiet=True
+            config,
+            ["run", "--select", "+chart_rankings", "--vars", repr(dbt_vars)],
+            quiet=True,
+            reuse_parse=True,
         )
     except dbt.DbtError as error:
         raise PublishError(f"ranking failed, nothing was published: {error}") from error

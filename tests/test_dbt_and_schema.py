@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from api.publisher import publish
 from ingest.generator import ListenGenerator
 from ingest.load import load_lines
 from toplist import dbt
@@ -42,6 +44,28 @@ def test_dbt_reports_a_failing_build_as_an_error(client, config):
     client.command(f"DROP TABLE {config.database}.listens_by_10m")
     with pytest.raises(dbt.DbtError, match="listens_by_10m"):
         dbt.invoke(config, ["run", "--select", "stg_toplist__listen_buckets"], quiet=True)
+
+
+def test_a_reused_parse_still_ranks_each_publication_at_its_own_as_of(client, config):
+    as_of = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    batch = ListenGenerator(seed=6).batch(1_000, as_of - timedelta(hours=3), as_of)
+    load_lines(client, config.database, batch.lines)
+    first = publish(client, config, as_of - timedelta(hours=2))
+    second = publish(client, config, as_of)
+    assert (first.as_of, second.as_of) == (as_of - timedelta(hours=2), as_of)
+    assert first.entry_count < second.entry_count, "the second ranking saw the first's as_of"
+
+
+def test_the_parse_is_redone_when_a_project_file_changes(config):
+    model = PROJECT_ROOT / "models" / "marts" / "chart_rankings.sql"
+    before = dbt._project_files(config)
+    stat = model.stat()
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    try:
+        assert dbt._project_files(config) != before, "an edited model would keep its old parse"
+    finally:
+        os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert dbt._project_files(config) == before
 
 
 def test_migrations_are_idempotent_and_recorded(client, config):

@@ -4,13 +4,21 @@ dbt-clickhouse builds its clickhouse-connect client for HTTP. The embedded profi
 names the host `chdb`; for that host the client is built from TOPLIST_CLICKHOUSE_URL
 (`chdb:///dir`) instead, in this process, so dbt shares the engine that the rest of Toplist
 uses (chDB allows one data directory per process). That one override is the whole seam.
+
+Parsing: dbt re-parses the whole project whenever `--vars` change, and every publication
+passes a new as_of, so each would spend seconds parsing. `invoke(..., reuse_parse=True)`
+parses once per process and hands the parsed manifest to later runs (vars are applied when a
+model is compiled, so a new as_of still takes effect); the manifest is parsed again when a
+project file or the environment the profiles read changes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import clickhouse_connect
@@ -20,6 +28,17 @@ from toplist.config import Config
 log = logging.getLogger(__name__)
 
 CHDB_HOST = "chdb"
+# Where dbt_project.yml puts what dbt parses (beside dbt_project.yml and profiles.yml).
+_PARSED_DIRS = (
+    "models",
+    "macros",
+    "dbt_project/tests",
+    "dbt_project/seeds",
+    "dbt_project/analyses",
+)
+
+_parsed_lock = threading.Lock()
+_parsed: dict[tuple, Any] = {}  # project state -> dbt's parsed manifest
 
 
 class DbtError(RuntimeError):
@@ -59,29 +78,57 @@ def dbt_environment(config: Config) -> dict[str, str]:
     }
 
 
-def invoke(config: Config, args: Sequence[str], *, quiet: bool = False) -> Any:
+def invoke(
+    config: Config, args: Sequence[str], *, quiet: bool = False, reuse_parse: bool = False
+) -> Any:
     """Run one dbt command (for example ["build"]) in this process; raise DbtError on failure.
 
+    With `reuse_parse`, the project is parsed once and reused by later calls (see above).
     Returns dbt's result object (`dbtRunnerResult.result`).
     """
     from dbt.cli.main import dbtRunner
 
     _route_embedded_host_to_chdb()
-    os.environ.update(dbt_environment(config))
-    full_args = [
-        *args,
-        "--project-dir",
-        str(config.dbt_project_dir),
-        "--profiles-dir",
-        str(config.dbt_profiles_dir),
-    ]
+    environment = dbt_environment(config)
+    os.environ.update(environment)
+    options = ["--project-dir", str(config.dbt_project_dir)]
+    options += ["--profiles-dir", str(config.dbt_profiles_dir)]
     if quiet:
-        full_args = ["--quiet", "--log-level-file", "warn", *full_args]
+        options = ["--quiet", "--log-level-file", "warn", *options]
+    manifest = _parsed_manifest(config, environment, options) if reuse_parse else None
+    full_args = [*args, *options]
     log.debug("dbt %s", " ".join(full_args))
-    outcome = dbtRunner().invoke(full_args)
+    outcome = dbtRunner(manifest=manifest).invoke(full_args)
     if not outcome.success:
         raise DbtError(_describe_failure(args, outcome))
     return outcome.result
+
+
+def _parsed_manifest(config: Config, environment: dict[str, str], options: list[str]) -> Any:
+    from dbt.cli.main import dbtRunner
+
+    state = (_project_files(config), tuple(sorted(environment.items())), tuple(options))
+    with _parsed_lock:
+        if state not in _parsed:
+            outcome = dbtRunner().invoke(["parse", *options])
+            if not outcome.success:
+                raise DbtError(_describe_failure(["parse"], outcome))
+            _parsed.clear()  # only the latest state is worth keeping
+            _parsed[state] = outcome.result
+        return _parsed[state]
+
+
+def _project_files(config: Config) -> tuple[tuple[str, int, int], ...]:
+    """Every file dbt parses, with its modification time and size."""
+    project = Path(config.dbt_project_dir)
+    files = [project / "dbt_project.yml", Path(config.dbt_profiles_dir) / "profiles.yml"]
+    for directory in _PARSED_DIRS:
+        files += sorted(path for path in (project / directory).rglob("*") if path.is_file())
+    state = []
+    for path in files:
+        stat = path.stat() if path.exists() else None
+        state.append((str(path), stat.st_mtime_ns if stat else 0, stat.st_size if stat else -1))
+    return tuple(state)
 
 
 def _describe_failure(args: Sequence[str], outcome: Any) -> str:
