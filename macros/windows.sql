@@ -20,3 +20,20 @@
   ({{ time_column }} < {{ as_of_column }}
   {%- if length is not none %} and {{ time_column }} >= {{ as_of_column }} - toIntervalSecond({{ length }}){% endif %})
 {%- endmacro %}
+
+{% macro longest_bounded_window() %}
+  {#- The longest window with a lower bound, in seconds: how far back buckets are read. -#}
+  {{ return(chart_windows().values() | reject('none') | max) }}
+{% endmacro %}
+
+{% macro window_share(window_name, piece, time_column, as_of_column) -%}
+  {#- How a row counts towards the window: 1, 0 or -1. `piece` says what the row is: 'bucket'
+      (a 10-minute bucket starting at time_column) or 'total' (a song's all-time total).
+      Bounded windows sum their buckets (in_window). `all` is the all-time total less the
+      buckets at or after as_of, so it never reads the buckets before as_of. -#}
+  {%- if chart_windows()[window_name] is none -%}
+  multiIf({{ piece }} = 'total', 1, {{ time_column }} >= {{ as_of_column }}, -1, 0)
+  {%- else -%}
+  toInt64({{ piece }} = 'bucket' and {{ in_window(time_column, window_name, as_of_column) }})
+  {%- endif -%}
+{%- endmacro %}

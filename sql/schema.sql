@@ -422,6 +422,31 @@ SELECT
     _received_at
 FROM ${database}.listens_incoming;
 
+CREATE TABLE ${database}.listens_total
+(
+    `country` LowCardinality(String),
+    `song_id` String,
+    `listens` AggregateFunction(sum, Int64)
+)
+ENGINE = AggregatingMergeTree
+ORDER BY (country, song_id)
+SETTINGS index_granularity = 8192;
+
+CREATE MATERIALIZED VIEW ${database}.listens_total_mv TO ${database}.listens_total
+(
+    `country` LowCardinality(String),
+    `song_id` String,
+    `listens` AggregateFunction(sum, Int64)
+)
+AS SELECT
+    country,
+    song_id,
+    sumMergeState(listens) AS listens
+FROM ${database}.listens_by_10m
+GROUP BY
+    country,
+    song_id;
+
 CREATE TABLE ${database}.schema_migrations
 (
     `version` UInt32,

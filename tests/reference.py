@@ -105,3 +105,22 @@ def aggregates(client, database: str):
         f"SELECT bucket_start, country, song_id, sumMerge(listens) AS n"
         f" FROM {database}.listens_by_10m GROUP BY ALL HAVING n != 0 ORDER BY ALL"
     ).result_rows
+
+
+def totals_mismatch(client, database: str):
+    """Songs whose all-time total (sql/0013) is not the sum of their buckets; [] if none."""
+    return client.query(
+        f"""
+        SELECT country, song_id, buckets.n, totals.n
+        FROM (
+            SELECT country, song_id, sumMerge(listens) AS n
+            FROM {database}.listens_by_10m GROUP BY ALL
+        ) AS buckets
+        FULL OUTER JOIN (
+            SELECT country, song_id, sumMerge(listens) AS n
+            FROM {database}.listens_total GROUP BY ALL
+        ) AS totals USING (country, song_id)
+        WHERE buckets.n != totals.n
+        ORDER BY ALL LIMIT 5
+        """
+    ).result_rows

@@ -1,8 +1,9 @@
 """Corrections on the raw events: voiding event ids, and rebuilding aggregates from raw.
 
 Voided events stay in `listens` for audit. A void row (sql/0008) takes the listen back out of
-the bucket aggregates, so the next publication no longer counts it. A rebuild recomputes the
-aggregates from `listens` minus the voids into a fresh table and swaps it in atomically.
+the bucket aggregates (and, through them, the all-time totals, 0013), so the next publication
+no longer counts it. A rebuild recomputes the aggregates from `listens` minus the voids into
+fresh tables and swaps them in.
 """
 
 from __future__ import annotations
@@ -111,30 +112,62 @@ def _counted(database: str, where: str) -> str:
 
 
 def recount_buckets(client: Client, database: str, event_ids: str, parameters: dict) -> None:
-    """Make the buckets holding these events (an SQL subquery of ids) equal to raw minus voids.
+    """Make the buckets holding these events (an SQL subquery of ids) equal to raw minus voids,
+    then the all-time totals of their songs equal to the sum of their buckets.
 
-    Inserts the difference, so the aggregate stays readable throughout and a recount that is
-    repeated changes nothing. Used to repair a batch that a crash left half applied; it
-    assumes no other writer adds to those buckets meanwhile.
+    Inserts the differences, so the aggregates stay readable throughout and a recount that is
+    repeated changes nothing. Used to repair a batch that a crash left half applied (a crash
+    can also fall between a bucket and its total, both written by one insert); it assumes no
+    other writer adds to those buckets meanwhile.
     """
     buckets = f"""
         SELECT DISTINCT toplist_bucket_start(event_time) FROM {database}.listens
         WHERE event_id IN ({event_ids})
     """
     in_buckets = f"toplist_bucket_start(event_time) IN ({buckets})"
+    _make_equal(
+        client,
+        f"{database}.listens_by_10m",
+        "bucket_start, country, song_id",
+        truth=_counted(database, in_buckets),
+        held_where=f"bucket_start IN ({buckets})",
+        parameters=parameters,
+    )
+    songs = f"""
+        SELECT DISTINCT country, song_id FROM {database}.listens WHERE event_id IN ({event_ids})
+    """
+    in_songs = f"(country, song_id) IN ({songs})"
+    _make_equal(
+        client,
+        f"{database}.listens_total",
+        "country, song_id",
+        truth=f"""
+            SELECT country, song_id, sumMerge(listens) AS listens
+            FROM {database}.listens_by_10m WHERE {in_songs} GROUP BY country, song_id
+        """,
+        held_where=in_songs,
+        parameters=parameters,
+    )
+
+
+def _make_equal(
+    client: Client, table: str, keys: str, truth: str, held_where: str, parameters: dict
+) -> None:
+    """Insert into the sum aggregate `table` what it lacks, key by key, to hold `truth` (a
+    query of `keys` and `listens`) wherever `held_where` holds."""
     client.command(
         f"""
-        INSERT INTO {database}.listens_by_10m (bucket_start, country, song_id, listens)
-        SELECT bucket_start, country, song_id, sumState(truth.listens - held.listens)
-        FROM ({_counted(database, in_buckets)}) AS truth
+        INSERT INTO {table} ({keys}, listens)
+        SELECT {keys}, sumState(truth.listens - held.listens)
+        FROM ({truth}) AS truth
         FULL OUTER JOIN (
-            SELECT bucket_start, country, song_id, sumMerge(listens) AS listens
-            FROM {database}.listens_by_10m
-            WHERE bucket_start IN ({buckets})
-            GROUP BY bucket_start, country, song_id
-        ) AS held USING (bucket_start, country, song_id)
+            SELECT {keys}, sumMerge(listens) AS listens
+            FROM {table}
+            WHERE {held_where}
+            GROUP BY {keys}
+        ) AS held USING ({keys})
         WHERE truth.listens != held.listens
-        GROUP BY bucket_start, country, song_id
+        GROUP BY {keys}
         """,
         parameters=parameters,
     )
@@ -182,7 +215,8 @@ def rebuild_aggregates(
     progress: Callable[[int, int, int, int], None] | None = None,
     raw_ttl_days: int = 0,
 ) -> RebuildResult:
-    """Recompute `listens_by_10m` from the raw events for [start, end) (default: all).
+    """Recompute `listens_by_10m` from the raw events for [start, end) (default: all), and
+    `listens_total` from the recomputed buckets.
 
     The new aggregates are built in a fresh table: each month in the range (widened to whole
     months, the table's partitions) is recounted from raw minus voids, every other month is
@@ -191,6 +225,10 @@ def rebuild_aggregates(
     already running finishes on the old ones. With a raw TTL (`raw_ttl_days`), a month that
     reaches back past the retention horizon may have lost raw events, so it is kept as it is
     rather than recounted short. `progress(done, total, month, rows)` follows each month.
+
+    The all-time totals are summed from the new buckets into a fresh table too and swapped in
+    right after them (two EXCHANGEs: a publication that runs between the two may rank `all`
+    on the old totals; the next one is right).
 
     Run it while ingestion is paused (in embedded mode one process owns the data, so nothing
     else writes): aggregates written between a month's copy and the swap would be lost until
@@ -206,9 +244,12 @@ def rebuild_aggregates(
     counted = _counted(database, "toYYYYMM(event_time) = {month:UInt32}")
     live = f"{database}.listens_by_10m"
     staging = f"{database}.listens_by_10m_rebuild"
+    live_total = f"{database}.listens_total"
+    staging_total = f"{database}.listens_total_rebuild"
     result = RebuildResult()
-    client.command(f"DROP TABLE IF EXISTS {staging}")
-    client.command(f"CREATE TABLE {staging} AS {live}")
+    for table, like in ((staging, live), (staging_total, live_total)):
+        client.command(f"DROP TABLE IF EXISTS {table}")
+        client.command(f"CREATE TABLE {table} AS {like}")
     try:
         for done, month in enumerate(months, start=1):
             rows = 0
@@ -237,8 +278,17 @@ def rebuild_aggregates(
                 result.rows += rows
             if progress:
                 progress(done, len(months), month, rows)
+        client.command(
+            f"""
+            INSERT INTO {staging_total} (country, song_id, listens)
+            SELECT country, song_id, sumMergeState(listens) FROM {staging}
+            GROUP BY country, song_id
+            """
+        )
         client.command(f"EXCHANGE TABLES {live} AND {staging}")
+        client.command(f"EXCHANGE TABLES {live_total} AND {staging_total}")
     finally:
         client.command(f"DROP TABLE IF EXISTS {staging}")
+        client.command(f"DROP TABLE IF EXISTS {staging_total}")
     result.seconds = time.monotonic() - started
     return result

@@ -1,12 +1,10 @@
+{#- A table, built once per publication: chart_rankings reads it once per policy, and as a
+    view this aggregation would run again for every read. -#}
+{{ config(materialized='table', engine='MergeTree()', order_by='(window_name, scope, song_id)') }}
+
 {%- set windows = chart_windows() -%}
 
 with
-
-buckets as (
-
-    select * from {{ ref('stg_toplist__listen_buckets') }}
-
-),
 
 as_of as (
 
@@ -14,55 +12,57 @@ as_of as (
 
 ),
 
--- one pass over the buckets before as_of, one sum per window
-by_country as (
+-- the buckets the windows need: the longest bounded window's, and those at or after as_of
+-- (which `all` takes back out of the totals); the scalar as_of lets the engine skip the rest
+buckets as (
+
+    select * from {{ ref('stg_toplist__listen_buckets') }}
+    where bucket_start >= (select as_of from {{ ref('int_chart__as_of') }}) - toIntervalSecond({{ longest_bounded_window() }})
+
+),
+
+totals as (
+
+    select * from {{ ref('stg_toplist__listen_totals') }}
+
+),
+
+pieces as (
+
+    select 'bucket' as piece, bucket_start, country, song_id, listens from buckets
+    union all
+    select 'total' as piece, toDateTime(0, 'UTC') as bucket_start, country, song_id, listens from totals
+
+),
+
+-- one pass: each row counts for its country and for global, once per window it is part of
+by_scope as (
 
     select
-        buckets.country as country,
-        buckets.song_id as song_id,
+        arrayJoin([toString(pieces.country), 'global']) as scope,
+        pieces.song_id as song_id,
         {%- for window_name in windows %}
-        sumIf(buckets.listens, {{ in_window('buckets.bucket_start', window_name, 'as_of.as_of') }}) as listens_{{ window_name }}{{ "," if not loop.last }}
+        sum(pieces.listens * {{ window_share(window_name, 'pieces.piece', 'pieces.bucket_start', 'as_of.as_of') }}) as listens_{{ window_name }}{{ "," if not loop.last }}
         {%- endfor %}
-    from buckets
+    from pieces
     cross join as_of
-    where buckets.bucket_start < as_of.as_of
-    group by buckets.country, buckets.song_id
-
-),
-
-by_country_and_window as (
-
-    select
-        window_name,
-        country as scope,
-        song_id,
-        listens
-    from by_country
-    array join
-        [{% for window_name in windows %}'{{ window_name }}'{{ ", " if not loop.last }}{% endfor %}] as window_name,
-        [{% for window_name in windows %}listens_{{ window_name }}{{ ", " if not loop.last }}{% endfor %}] as listens
-    -- songs with no listens in a window never appear on its board
-    where listens > 0
-
-),
-
-global as (
-
-    select
-        window_name,
-        'global' as scope,
-        song_id,
-        sum(listens) as listens
-    from by_country_and_window
-    group by window_name, song_id
+    group by scope, song_id
 
 ),
 
 final as (
 
-    select window_name, scope, song_id, toUInt64(listens) as listens from by_country_and_window
-    union all
-    select window_name, scope, song_id, toUInt64(listens) as listens from global
+    select
+        window_name,
+        scope,
+        song_id,
+        toUInt64(listens) as listens
+    from by_scope
+    array join
+        [{% for window_name in windows %}'{{ window_name }}'{{ ", " if not loop.last }}{% endfor %}] as window_name,
+        [{% for window_name in windows %}listens_{{ window_name }}{{ ", " if not loop.last }}{% endfor %}] as listens
+    -- songs with no listens in a window never appear on its board
+    where listens > 0
 
 )
 

@@ -1,3 +1,7 @@
+{#- Counts as stored, without merging: grouping the buckets here (one hash entry per bucket,
+    country and song) cost more than all the ranking after it. Every model downstream sums
+    `listens` over the keys it needs, which merges whatever the engine has not merged yet. -#}
+
 with
 
 source as (
@@ -12,9 +16,8 @@ final as (
         bucket_start,
         country,
         song_id,
-        sumMerge(listens) as listens
+        finalizeAggregation(listens) as listens
     from source
-    group by bucket_start, country, song_id
 
 )
 
