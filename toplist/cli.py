@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import sys
@@ -199,6 +200,11 @@ def _serve(
             replace(config, publish_interval_seconds=publish_every), state.store, state.metrics
         )
     _say(banner or f"serving the Toplist API on http://{host}:{port}/")
+    # Everything loaded so far (the engine, Flask, the app and its snapshot) lives as long as
+    # the process: out of the collector's sight, a full collection no longer walks it (one took
+    # 21 ms in a serving process with ~59k objects tracked, a pause every reader then waits out).
+    gc.collect()
+    gc.freeze()
     try:
         from waitress import create_server
 
