@@ -29,13 +29,14 @@ from toplist.config import Config
 log = logging.getLogger(__name__)
 
 CHDB_HOST = "chdb"
-# Where dbt_project.yml puts what dbt parses (beside dbt_project.yml and profiles.yml).
-_PARSED_DIRS = (
-    "models",
-    "macros",
-    "dbt_project/tests",
-    "dbt_project/seeds",
-    "dbt_project/analyses",
+# The keys of dbt_project.yml that name what dbt parses, beside that file and profiles.yml.
+_PARSED_PATHS = (
+    "model-paths",
+    "macro-paths",
+    "test-paths",
+    "seed-paths",
+    "analysis-paths",
+    "snapshot-paths",
 )
 
 _parsed_lock = threading.Lock()
@@ -121,10 +122,14 @@ def _parsed_manifest(config: Config, environment: dict[str, str], options: list[
 
 def _project_files(config: Config) -> tuple[tuple[str, int, int], ...]:
     """Every file dbt parses, with its modification time and size."""
+    import yaml
+
     project = Path(config.dbt_project_dir)
+    settings = yaml.safe_load((project / "dbt_project.yml").read_text(encoding="utf-8"))
     files = [project / "dbt_project.yml", Path(config.dbt_profiles_dir) / "profiles.yml"]
-    for directory in _PARSED_DIRS:
-        files += sorted(path for path in (project / directory).rglob("*") if path.is_file())
+    for key in _PARSED_PATHS:
+        for directory in settings.get(key) or []:
+            files += sorted(path for path in (project / directory).rglob("*") if path.is_file())
     state = []
     for path in files:
         stat = path.stat() if path.exists() else None
