@@ -70,6 +70,7 @@ def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
         config = replace(
             config, kafka_brokers=brokers, kafka_topic=topic, kafka_group=f"b-{uuid.uuid4().hex}"
         )
+        started = time.perf_counter()
         ingest = KafkaIngest(config, connect).start()
         first_at, first_messages = None, 0
         while ingest.status.messages < len(lines):
@@ -80,8 +81,12 @@ def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
                 raise RuntimeError(ingest.status.last_error)
         done = time.perf_counter()
         ingest.stop()
-        # Sustained rate: from the first applied batch (after the group join) to the last.
-        seconds = (done - first_at) * len(lines) / (len(lines) - first_messages)
+        # Sustained rate: from the first applied batch (after the group join) to the last; a
+        # topic small enough for one batch has only the whole time, group join included.
+        if first_messages < len(lines):
+            seconds = (done - first_at) * len(lines) / (len(lines) - first_messages)
+        else:
+            seconds = done - started
     counts = _counts(client, db)
     client.close()
     return {"mode": mode, "seconds": seconds, "messages": len(lines), **counts}
