@@ -91,14 +91,9 @@ def invoke(
     from dbt.cli.main import dbtRunner
 
     _route_embedded_host_to_chdb()
-    environment = dbt_environment(config)
-    os.environ.update(environment)
-    options = ["--project-dir", str(config.dbt_project_dir)]
-    options += ["--profiles-dir", str(config.dbt_profiles_dir)]
-    if quiet:
-        options = ["--quiet", "--log-level-file", "warn", *options]
-    manifest = _parsed_manifest(config, environment, options) if reuse_parse else None
-    full_args = [*args, *options]
+    os.environ.update(dbt_environment(config))
+    manifest = _parsed_manifest(config, quiet) if reuse_parse else None
+    full_args = _command(config, args, quiet)
     log.debug("dbt %s", " ".join(full_args))
     outcome = dbtRunner(manifest=manifest).invoke(full_args)
     if not outcome.success:
@@ -106,13 +101,23 @@ def invoke(
     return outcome.result
 
 
-def _parsed_manifest(config: Config, environment: dict[str, str], options: list[str]) -> Any:
+def _command(config: Config, args: Sequence[str], quiet: bool) -> list[str]:
+    """dbt's command line: global flags, the command, then where the project is."""
+    head = ["--quiet", "--log-level-file", "warn"] if quiet else []
+    paths = ["--project-dir", str(config.dbt_project_dir)]
+    paths += ["--profiles-dir", str(config.dbt_profiles_dir)]
+    return [*head, *args, *paths]
+
+
+def _parsed_manifest(config: Config, quiet: bool) -> Any:
+    """The project parsed for this configuration, parsed again when its state changes."""
     from dbt.cli.main import dbtRunner
 
-    state = (_project_files(config), tuple(sorted(environment.items())), tuple(options))
+    parse = _command(config, ["parse"], quiet)
+    state = (_project_files(config), tuple(sorted(dbt_environment(config).items())), *parse)
     with _parsed_lock:
         if state not in _parsed:
-            outcome = dbtRunner().invoke(["parse", *options])
+            outcome = dbtRunner().invoke(parse)
             if not outcome.success:
                 raise DbtError(_describe_failure(["parse"], outcome))
             _parsed.clear()  # only the latest state is worth keeping
