@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -95,21 +95,17 @@ def snapshot_header(snapshot: Snapshot, policy: str | None, stale: bool) -> dict
     }
 
 
-def _stale(snapshot: Snapshot) -> bool:
-    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
-    return age > toplist().config.stale_after_seconds
-
-
 def from_snapshot(
     snapshot: Snapshot, key: tuple, body: Callable[[bool], dict[str, object]]
 ) -> Response:
     """The JSON answer `body(stale)`, cacheable until the next publication is due, or 304 if
     unchanged. The encoded answer is kept per snapshot, request `key` and staleness, so a
     repeated read is a lookup."""
-    stale = _stale(snapshot)
+    config = toplist().config
+    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
+    stale = age > config.stale_after_seconds
     etag = snapshot.snapshot_id + ("-stale" if stale else "")
-    interval = timedelta(seconds=toplist().config.publish_interval_seconds)
-    due_in = (snapshot.published_at + interval - datetime.now(UTC)).total_seconds()
+    due_in = config.publish_interval_seconds - age
     max_age = max(0, math.floor(due_in))
     headers = {"ETag": f'"{etag}"', "Cache-Control": f"public, max-age={max_age}"}
     if request.if_none_match.contains(etag):
