@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
-from ingest.load import applied_offsets, repair_unfinished, write_batch
+from ingest.load import LISTENS, Stream, applied_offsets, repair_unfinished, write_batch
 from toplist.config import Config
 
 log = logging.getLogger(__name__)
@@ -106,14 +106,18 @@ class ConsumerStatus:
     last_batch_at: float | None = None
 
 
-def instance_id(config: Config) -> str:
-    """One stable group member per host and data directory (one process owns a directory)."""
+def instance_id(config: Config, stream: Stream = LISTENS) -> str:
+    """One stable group member per host, data directory (one process owns a directory) and
+    board."""
     owner = f"{socket.gethostname()}|{config.clickhouse_url}|{config.database}"
+    if stream is not LISTENS:
+        owner += f"|{stream.board}"
     return f"toplist-{hashlib.sha1(owner.encode()).hexdigest()[:16]}"
 
 
 class KafkaIngest:
-    """Consume `config.kafka_topic` into the incoming table on a background thread."""
+    """Consume a board's topic (`config.topic(board)`) into its incoming table on a
+    background thread; by default the charts' listens."""
 
     def __init__(
         self,
@@ -122,18 +126,22 @@ class KafkaIngest:
         *,
         retry_backoff_seconds: float = 0.5,
         client_options: dict[str, object] | None = None,
+        stream: Stream = LISTENS,
     ) -> None:
         if not config.kafka_brokers:
             raise ValueError("TOPLIST_KAFKA_BROKERS is not set: there is no Kafka to consume")
         self.config = config
+        self.stream = stream
+        self.topic = config.topic(stream.board)
+        self.group = config.group(stream.board)
         self._connect = connect
         self._backoff = retry_backoff_seconds
         self._options = {
             "bootstrap.servers": config.kafka_brokers,
-            "group.id": config.kafka_group,
+            "group.id": self.group,
             # Static membership: a restarted process (even after kill -9) takes its partitions
             # back at once instead of waiting out the session timeout of its dead self.
-            "group.instance.id": instance_id(config),
+            "group.instance.id": instance_id(config, stream),
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "queued.max.messages.kbytes": 65536,
@@ -158,7 +166,8 @@ class KafkaIngest:
 
     def start(self) -> KafkaIngest:
         self._stop.clear()
-        self._thread = threading.Thread(target=self.run, name="kafka-ingest", daemon=True)
+        name = "kafka-ingest" if self.stream is LISTENS else f"kafka-ingest-{self.stream.board}"
+        self._thread = threading.Thread(target=self.run, name=name, daemon=True)
         self._thread.start()
         return self
 
@@ -185,13 +194,10 @@ class KafkaIngest:
             # Another member may have applied more of these partitions since we last looked.
             self._needs_repair = True
 
-        consumer.subscribe([self.config.kafka_topic], on_assign=on_assign, on_revoke=on_revoke)
+        consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke)
         self.status.running = True
         log.info(
-            "consuming %s from %s as group %s",
-            self.config.kafka_topic,
-            self.config.kafka_brokers,
-            self.config.kafka_group,
+            "consuming %s from %s as group %s", self.topic, self.config.kafka_brokers, self.group
         )
         next_lag = 0.0
         try:
@@ -249,6 +255,7 @@ class KafkaIngest:
                     "_timestamp": batch.timestamps,
                     "_source": [SOURCE] * len(batch),
                 },
+                self.stream,
             )
         except Exception as error:  # the engine refused: rewind, repair, take them again
             self.status.failed_batches += 1
@@ -270,9 +277,9 @@ class KafkaIngest:
         """Finish any batch a crash or failed insert cut off; learn the applied offsets."""
         try:
             repaired = repair_unfinished(
-                client, self.config.database, self.config.repair_after_seconds
+                client, self.config.database, self.config.repair_after_seconds, self.stream
             )
-            self._applied = applied_offsets(client, self.config.database, self.config.kafka_topic)
+            self._applied = applied_offsets(client, self.config.database, self.topic, self.stream)
         except Exception as error:  # the stored batch could not be applied yet: a failed retry
             self.status.failed_batches += 1
             self._record_error(f"repair of unfinished batches failed (will retry): {error}")

@@ -33,6 +33,53 @@ from toplist.corrections import recount_buckets
 
 log = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class Stream:
+    """One board's way in: `{prefix}_incoming` (what every source writes), the batch log and
+    done list `{prefix}_incoming_log` / `{prefix}_incoming_done`, the raw events `raw` and the
+    dead letters `{prefix}_dead_letters`."""
+
+    board: str
+    prefix: str
+    raw: str
+    what: str  # what one message is, for messages to people
+
+    @property
+    def incoming(self) -> str:
+        return f"{self.prefix}_incoming"
+
+    @property
+    def log(self) -> str:
+        return f"{self.prefix}_incoming_log"
+
+    @property
+    def done(self) -> str:
+        return f"{self.prefix}_incoming_done"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}_dead_letters"
+
+    @property
+    def exactly_once(self) -> bool:
+        """Whether a repeated event is stopped on the way in (listen_ids, sql/0004), so that
+        the load can tell duplicates apart; the other boards' aggregates ignore repeats."""
+        return self.prefix == "listens"
+
+
+LISTENS = Stream("charts", "listens", "listens", "listen event")
+STREAMS = {
+    stream.board: stream
+    for stream in (
+        LISTENS,
+        Stream("listeners", "playbacks", "playback_reports", "playback report"),
+        Stream("sale", "orders", "orders", "order event"),
+        Stream("popular", "item_events", "item_events", "item event"),
+    )
+}
+
+
 INCOMING_COLUMNS = [
     "raw_message",
     "_topic",
@@ -100,40 +147,46 @@ def batch_counts(client: Client, database: str, batch_ids: list[uuid.UUID]) -> t
 
 
 def write_batch(
-    client: Client, database: str, batch_id: uuid.UUID, columns: dict[str, list]
+    client: Client,
+    database: str,
+    batch_id: uuid.UUID,
+    columns: dict[str, list],
+    stream: Stream = LISTENS,
 ) -> None:
     """Store one batch (column name -> values; _batch_id is added), apply it, record it done."""
     columns = {**columns, "_batch_id": [batch_id] * len(next(iter(columns.values())))}
     client.insert(
-        f"{database}.listens_incoming_log",
+        f"{database}.{stream.log}",
         list(columns.values()),
         column_names=list(columns),
         column_oriented=True,
     )
-    _apply(client, database, batch_id)
-    _record_done(client, database, batch_id, repaired=False)
+    _apply(client, database, batch_id, stream)
+    _record_done(client, database, batch_id, repaired=False, stream=stream)
 
 
-def _apply(client: Client, database: str, batch_id: uuid.UUID) -> None:
+def _apply(client: Client, database: str, batch_id: uuid.UUID, stream: Stream) -> None:
     names = ", ".join(INCOMING_COLUMNS)
     # One reading thread keeps the stored order, so the first copy of a repeated id wins.
     client.command(
         f"""
-        INSERT INTO {database}.listens_incoming ({names})
-        SELECT {names} FROM {database}.listens_incoming_log WHERE _batch_id = {{batch_id:UUID}}
+        INSERT INTO {database}.{stream.incoming} ({names})
+        SELECT {names} FROM {database}.{stream.log} WHERE _batch_id = {{batch_id:UUID}}
         SETTINGS max_threads = 1
         """,
         parameters={"batch_id": batch_id},
     )
 
 
-def _record_done(client: Client, database: str, batch_id: uuid.UUID, repaired: bool) -> None:
+def _record_done(
+    client: Client, database: str, batch_id: uuid.UUID, repaired: bool, stream: Stream
+) -> None:
     client.command(
         f"""
-        INSERT INTO {database}.listens_incoming_done
+        INSERT INTO {database}.{stream.done}
             (_batch_id, _topic, _partition, next_offset, repaired)
         SELECT _batch_id, _topic, _partition, max(_offset) + 1, {{repaired:Bool}}
-        FROM {database}.listens_incoming_log
+        FROM {database}.{stream.log}
         WHERE _batch_id = {{batch_id:UUID}}
         GROUP BY _batch_id, _topic, _partition
         """,
@@ -141,11 +194,13 @@ def _record_done(client: Client, database: str, batch_id: uuid.UUID, repaired: b
     )
 
 
-def applied_offsets(client: Client, database: str, topic: str) -> dict[tuple[str, int], int]:
+def applied_offsets(
+    client: Client, database: str, topic: str, stream: Stream = LISTENS
+) -> dict[tuple[str, int], int]:
     """Per partition of `topic`, the offset up to which messages are in applied batches."""
     rows = client.query(
         f"""
-        SELECT _partition, max(next_offset) FROM {database}.listens_incoming_done
+        SELECT _partition, max(next_offset) FROM {database}.{stream.done}
         WHERE _topic = {{topic:String}}
         GROUP BY _partition
         """,
@@ -154,12 +209,14 @@ def applied_offsets(client: Client, database: str, topic: str) -> dict[tuple[str
     return {(topic, int(partition)): int(offset) for partition, offset in rows}
 
 
-def unfinished_batches(client: Client, database: str, older_than_seconds: float = 0) -> list:
+def unfinished_batches(
+    client: Client, database: str, older_than_seconds: float = 0, stream: Stream = LISTENS
+) -> list:
     """Stored batches not recorded as done, oldest first (only those stored that long ago)."""
     rows = client.query(
         f"""
-        SELECT _batch_id FROM {database}.listens_incoming_log
-        WHERE _batch_id NOT IN (SELECT _batch_id FROM {database}.listens_incoming_done)
+        SELECT _batch_id FROM {database}.{stream.log}
+        WHERE _batch_id NOT IN (SELECT _batch_id FROM {database}.{stream.done})
         GROUP BY _batch_id
         HAVING max(_received_at) <= now64(3) - toIntervalMillisecond({{age:UInt64}})
         ORDER BY min(_received_at)
@@ -170,7 +227,7 @@ def unfinished_batches(client: Client, database: str, older_than_seconds: float 
 
 
 def repair_unfinished(
-    client: Client, database: str, older_than_seconds: float = 0
+    client: Client, database: str, older_than_seconds: float = 0, stream: Stream = LISTENS
 ) -> list[uuid.UUID]:
     """Undo and re-apply every batch a crash cut off; returns their ids.
 
@@ -178,26 +235,35 @@ def repair_unfinished(
     concurrent writers on a server, `older_than_seconds` keeps it off batches still in flight.
     """
     repaired = []
-    for batch_id in unfinished_batches(client, database, older_than_seconds):
+    for batch_id in unfinished_batches(client, database, older_than_seconds, stream):
         params = {"batch_id": batch_id}
         ids = (
             f"SELECT JSONExtractString(raw_message, 'event_id')"
-            f" FROM {database}.listens_incoming_log WHERE _batch_id = {{batch_id:UUID}}"
+            f" FROM {database}.{stream.log} WHERE _batch_id = {{batch_id:UUID}}"
         )
-        for statement in (
-            f"DELETE FROM {database}.listens WHERE event_id IN ({ids})"
-            " AND _batch_id = {batch_id:UUID}",
-            # Ids the batch put in listen_ids without its listens row reaching `listens`.
-            f"DELETE FROM {database}.listen_ids WHERE event_id IN ({ids}) AND event_id NOT IN"
-            f" (SELECT event_id FROM {database}.listens WHERE event_id IN ({ids}))",
-            f"DELETE FROM {database}.listens_dead_letters WHERE _batch_id = {{batch_id:UUID}}",
+        if stream.exactly_once:
+            undo = [
+                f"DELETE FROM {database}.listens WHERE event_id IN ({ids})"
+                " AND _batch_id = {batch_id:UUID}",
+                # Ids the batch put in listen_ids without its listens row reaching `listens`.
+                f"DELETE FROM {database}.listen_ids WHERE event_id IN ({ids}) AND event_id NOT IN"
+                f" (SELECT event_id FROM {database}.listens WHERE event_id IN ({ids}))",
+            ]
+        else:
+            undo = [f"DELETE FROM {database}.{stream.raw} WHERE _batch_id = {{batch_id:UUID}}"]
+        undo += [
+            f"DELETE FROM {database}.{stream.dead_letters} WHERE _batch_id = {{batch_id:UUID}}",
             f"DELETE FROM {database}.ingest_batches WHERE _batch_id = {{batch_id:UUID}}",
-        ):
+        ]
+        for statement in undo:
             client.command(statement, parameters=params)
-        _apply(client, database, batch_id)
-        recount_buckets(client, database, ids, params)
-        _record_done(client, database, batch_id, repaired=True)
-        log.warning("repaired batch %s, which a crash had left unfinished", batch_id)
+        _apply(client, database, batch_id, stream)
+        if stream.exactly_once:
+            recount_buckets(client, database, ids, params)
+        _record_done(client, database, batch_id, repaired=True, stream=stream)
+        log.warning(
+            "repaired %s batch %s, which a crash had left unfinished", stream.board, batch_id
+        )
         repaired.append(batch_id)
     return repaired
 
@@ -210,6 +276,7 @@ def load_lines(
     source: str = "load",
     batch_rows: int = 50_000,
     progress: Callable[[int], None] | None = None,
+    stream: Stream = LISTENS,
 ) -> LoadResult:
     """Insert lines into the incoming table in batches; return the counts of the whole load.
 
@@ -224,7 +291,11 @@ def load_lines(
     for chunk in _chunks(lines, batch_rows):
         batch_id = uuid.uuid4()
         write_batch(
-            client, database, batch_id, {"raw_message": chunk, "_source": [source] * len(chunk)}
+            client,
+            database,
+            batch_id,
+            {"raw_message": chunk, "_source": [source] * len(chunk)},
+            stream,
         )
         result.batch_ids.append(batch_id)
         result.read += len(chunk)

@@ -12,6 +12,11 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = Path.cwd() / ".toplist" / "chdb"
 
 WINDOWS = ("1h", "24h", "7d", "all")
+# The other boards (DESIGN.md "The other boards"), each with its own topic and refresh.
+BOARDS = ("listeners", "sale", "popular")
+# The marketplace shelves' windows (macros/windows.sql) and metrics.
+POPULAR_WINDOWS = ("1m", "1h", "1d")
+POPULAR_METRICS = ("views", "orders")
 # Every ranking policy version (macros/ranking_policy.sql); a version's meaning never changes.
 POLICIES = ("v1", "v1-ties")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -86,6 +91,23 @@ class Config:
     kafka_consumers: int = 1
     kafka_batch_rows: int = 50_000
     kafka_batch_seconds: float = 1.0
+    # The other boards' topics (the charts' is kafka_topic); each board consumes its own topic
+    # as consumer group `<kafka_group>-<board>`.
+    kafka_topic_listeners: str = "playbacks"
+    kafka_topic_sale: str = "orders"
+    kafka_topic_popular: str = "item_events"
+    # How often each other board is published: live listeners and the flash sale every few
+    # seconds, the marketplace shelves (whose shortest window is 1m) every 10 s.
+    listeners_refresh_seconds: float = 5.0
+    sale_refresh_seconds: float = 5.0
+    popular_refresh_seconds: float = 10.0
+    # A playback with no report for this long stops counting (0: playbacks never expire).
+    listeners_expiry_seconds: int = 0
+    # Rows kept per board in a snapshot of the other boards. A shelf keeps more than the
+    # largest k it serves, so that items filtered out when read still leave it full.
+    board_keep_top: int = 1000
+    popular_keep_top: int = 300
+    popular_k_max: int = 100
     # Raw messages as received, kept for audit, replay and crash repair (sql/0010).
     incoming_log_days: int = 7
     # An event that arrives more than this after its event_time is kept in raw but never
@@ -125,12 +147,44 @@ class Config:
                 "TOPLIST_KAFKA_BROKERS must be host:port[,host:port...],"
                 f" got {self.kafka_brokers!r}"
             )
+        if self.popular_k_max > self.popular_keep_top:
+            raise ConfigError(
+                f"TOPLIST_POPULAR_K_MAX ({self.popular_k_max}) cannot exceed"
+                f" TOPLIST_POPULAR_KEEP_TOP ({self.popular_keep_top})"
+            )
         for name, value in (
             ("TOPLIST_KAFKA_TOPIC", self.kafka_topic),
             ("TOPLIST_KAFKA_GROUP", self.kafka_group),
+            ("TOPLIST_KAFKA_TOPIC_LISTENERS", self.kafka_topic_listeners),
+            ("TOPLIST_KAFKA_TOPIC_SALE", self.kafka_topic_sale),
+            ("TOPLIST_KAFKA_TOPIC_POPULAR", self.kafka_topic_popular),
         ):
             if not _KAFKA_NAME.match(value):
                 raise ConfigError(f"{name} must match [A-Za-z0-9._-]{{1,249}}, got {value!r}")
+
+    def topic(self, board: str) -> str:
+        """The Kafka topic of a board ('charts' or one of BOARDS)."""
+        return self.kafka_topic if board == "charts" else getattr(self, f"kafka_topic_{board}")
+
+    def group(self, board: str) -> str:
+        """The consumer group of a board's topic."""
+        return self.kafka_group if board == "charts" else f"{self.kafka_group}-{board}"
+
+    def refresh_seconds(self, board: str) -> float:
+        """How often a board is published."""
+        if board == "charts":
+            return self.publish_interval_seconds
+        return getattr(self, f"{board}_refresh_seconds")
+
+    def stale_after(self, board: str) -> float:
+        """When a board's snapshot is reported stale: the charts' setting, or three missed
+        refreshes of another board."""
+        if board == "charts":
+            return self.stale_after_seconds
+        return 3 * self.refresh_seconds(board)
+
+    def keep_top_of(self, board: str) -> int:
+        return self.popular_keep_top if board == "popular" else self.board_keep_top
 
     @property
     def embedded(self) -> bool:
@@ -180,6 +234,25 @@ class Config:
             kafka_batch_seconds=_float(
                 env, "TOPLIST_KAFKA_BATCH_SECONDS", base.kafka_batch_seconds
             ),
+            kafka_topic_listeners=env.get("TOPLIST_KAFKA_TOPIC_LISTENERS")
+            or base.kafka_topic_listeners,
+            kafka_topic_sale=env.get("TOPLIST_KAFKA_TOPIC_SALE") or base.kafka_topic_sale,
+            kafka_topic_popular=env.get("TOPLIST_KAFKA_TOPIC_POPULAR") or base.kafka_topic_popular,
+            listeners_refresh_seconds=_float(
+                env, "TOPLIST_LISTENERS_REFRESH_SECONDS", base.listeners_refresh_seconds
+            ),
+            sale_refresh_seconds=_float(
+                env, "TOPLIST_SALE_REFRESH_SECONDS", base.sale_refresh_seconds
+            ),
+            popular_refresh_seconds=_float(
+                env, "TOPLIST_POPULAR_REFRESH_SECONDS", base.popular_refresh_seconds
+            ),
+            listeners_expiry_seconds=_int(
+                env, "TOPLIST_LISTENERS_EXPIRY_SECONDS", base.listeners_expiry_seconds, minimum=0
+            ),
+            board_keep_top=_int(env, "TOPLIST_BOARD_KEEP_TOP", base.board_keep_top),
+            popular_keep_top=_int(env, "TOPLIST_POPULAR_KEEP_TOP", base.popular_keep_top),
+            popular_k_max=_int(env, "TOPLIST_POPULAR_K_MAX", base.popular_k_max),
             incoming_log_days=_int(env, "TOPLIST_INCOMING_LOG_DAYS", base.incoming_log_days),
             late_horizon_seconds=_int(
                 env, "TOPLIST_LATE_HORIZON_SECONDS", base.late_horizon_seconds, minimum=0
