@@ -37,3 +37,17 @@
   toInt64({{ piece }} = 'bucket' and {{ in_window(time_column, window_name, as_of_column) }})
   {%- endif -%}
 {%- endmacro %}
+
+{% macro popular_windows() %}
+  {#- The marketplace shelves' windows: name -> length in seconds (as_of is on the minute). -#}
+  {{ return({'1m': 60, '1h': 3600, '1d': 86400}) }}
+{% endmacro %}
+
+{% macro board_as_of(step_seconds) -%}
+  {#- The as_of of one of the other boards (var `board_as_of`, default now), aligned down to
+      `step_seconds`: the second for the live boards, the minute for the shelves. -#}
+  toDateTime64(toStartOfInterval(
+    {% if var('board_as_of') is none %}now64(3, 'UTC'){% else %}parseDateTime64BestEffort('{{ var("board_as_of") }}', 3, 'UTC'){% endif %},
+    toIntervalSecond({{ step_seconds }})
+  ), 3, 'UTC')
+{%- endmacro %}

@@ -1,0 +1,36 @@
+{{ config(engine='MergeTree()', order_by='tuple()') }}
+
+{#- One row: the shelves' as_of (on the minute), and the global views and orders per window. -#}
+
+with
+
+as_of as (
+
+    select as_of from {{ ref('int_board__as_of') }} where board = 'popular'
+
+),
+
+totals as (
+
+    select
+        toFloat64(sumIf(score, metric = 'views' and window_name = '1h')) as views_1h,
+        toFloat64(sumIf(score, metric = 'orders' and window_name = '1h')) as orders_1h,
+        toFloat64(sumIf(score, metric = 'views' and window_name = '1d')) as views_1d,
+        toFloat64(sumIf(score, metric = 'orders' and window_name = '1d')) as orders_1d,
+        toFloat64(uniqExactIf(item_id, window_name = '1d')) as items_1d
+    from {{ ref('int_popular__windowed') }}
+    where scope = 'global'
+
+)
+
+select
+    as_of.as_of as as_of,
+    map(
+        'views_1h', totals.views_1h,
+        'orders_1h', totals.orders_1h,
+        'views_1d', totals.views_1d,
+        'orders_1d', totals.orders_1d,
+        'items_1d', totals.items_1d
+    ) :: Map(LowCardinality(String), Float64) as stats
+from as_of
+cross join totals

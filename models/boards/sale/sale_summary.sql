@@ -1,0 +1,44 @@
+{{ config(engine='MergeTree()', order_by='tuple()') }}
+
+{#- One row: the sale's as_of and totals. orders, units and spend are exact; buyers is the
+    approximate number of distinct buyers in total (the union of every product's uniqCombined
+    state). -#}
+
+with
+
+as_of as (
+
+    select as_of from {{ ref('int_board__as_of') }} where board = 'sale'
+
+),
+
+totals as (
+
+    select
+        toFloat64(count()) as orders,
+        toFloat64(sum(units)) as units,
+        toFloat64(sum(amount_cents)) as spend_cents,
+        toFloat64(uniqExact(product_id)) as products
+    from {{ ref('stg_toplist__orders') }}
+
+),
+
+buyers as (
+
+    select toFloat64(uniqCombinedMerge(buyers)) as buyers
+    from {{ ref('stg_toplist__sale_buyers') }}
+
+)
+
+select
+    as_of.as_of as as_of,
+    map(
+        'orders', totals.orders,
+        'units', totals.units,
+        'spend_cents', totals.spend_cents,
+        'products', totals.products,
+        'distinct_buyers', buyers.buyers
+    ) :: Map(LowCardinality(String), Float64) as stats
+from as_of
+cross join totals
+cross join buyers
