@@ -11,8 +11,8 @@ from flask import Flask, current_app, g, jsonify, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from api.metrics import Metrics
-from api.snapshots import SnapshotStore
-from toplist.config import Config
+from api.snapshots import BoardStore, SnapshotStore
+from toplist.config import BOARDS, Config
 from toplist.engine import connect
 
 if TYPE_CHECKING:
@@ -39,6 +39,12 @@ class Toplist:
     store: SnapshotStore
     metrics: Metrics = field(default_factory=Metrics)
     ingest: KafkaIngest | None = None
+    # The other boards' snapshot caches, by board (live listeners, sale, popular).
+    boards: dict[str, BoardStore] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for store in (self.store, *self.boards.values()):
+            store.close()
 
 
 def toplist() -> Toplist:
@@ -57,14 +63,25 @@ def create_app(
     )
     app = Flask(__name__)
     app.json.sort_keys = False
-    app.extensions["toplist"] = Toplist(config, store, metrics or Metrics(), ingest)
+    boards = {
+        board: BoardStore(
+            board,
+            lambda: connect(config),
+            config.database,
+            poll_seconds=min(config.cache_poll_seconds, config.refresh_seconds(board)),
+        )
+        for board in BOARDS
+    }
+    app.extensions["toplist"] = Toplist(config, store, metrics or Metrics(), ingest, boards)
 
+    from api.boards import boards as boards_api
     from api.charts import charts
     from api.health import health
     from api.internal import internal
     from api.web import web
 
     app.register_blueprint(charts)
+    app.register_blueprint(boards_api)
     app.register_blueprint(health)
     app.register_blueprint(internal)
     app.register_blueprint(web)

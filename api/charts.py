@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from api.app import ApiError, toplist
-from api.publisher import Snapshot, iso
+from api.publisher import BoardSnapshot, Snapshot, iso
 from toplist.config import POLICIES, WINDOWS
 
 charts = Blueprint("charts", __name__)
@@ -96,21 +96,26 @@ def snapshot_header(snapshot: Snapshot, policy: str | None, stale: bool) -> dict
 
 
 def from_snapshot(
-    snapshot: Snapshot, key: tuple, body: Callable[[bool], dict[str, object]]
+    snapshot: Snapshot | BoardSnapshot,
+    key: tuple,
+    body: Callable[[bool], dict[str, object]],
+    board: str = "charts",
 ) -> Response:
-    """The JSON answer `body(stale)`, cacheable until the next publication is due, or 304 if
-    unchanged. The encoded answer is kept per snapshot, request `key` and staleness, so a
-    repeated read is a lookup."""
+    """The JSON answer `body(stale)`, cacheable until the board's next publication is due, or
+    304 if unchanged. The encoded answer is kept per snapshot, request `key` and staleness,
+    so a repeated read is a lookup."""
     config = toplist().config
     age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
-    stale = age > config.stale_after_seconds
+    stale = age > config.stale_after(board)
     etag = snapshot.snapshot_id + ("-stale" if stale else "")
-    due_in = config.publish_interval_seconds - age
+    due_in = config.refresh_seconds(board) - age
     max_age = max(0, math.floor(due_in))
     headers = {"ETag": f'"{etag}"', "Cache-Control": f"public, max-age={max_age}"}
     if request.if_none_match.contains(etag):
         return current_app.response_class(status=304, headers=headers)
-    encoded = toplist().store.memo(snapshot, (*key, stale), lambda: jsonify(body(stale)).get_data())
+    state = toplist()
+    store = state.store if board == "charts" else state.boards[board]
+    encoded = store.memo(snapshot, (*key, stale), lambda: jsonify(body(stale)).get_data())
     return current_app.response_class(encoded, headers=headers, mimetype="application/json")
 
 

@@ -8,6 +8,7 @@ from flask import Blueprint, Response, jsonify
 
 from api.app import toplist
 from api.publisher import iso
+from ingest.load import STREAMS
 
 health = Blueprint("health", __name__)
 
@@ -35,6 +36,20 @@ def healthz():  # type: ignore[no-untyped-def]
         }
     if state.metrics.last_publish_error:
         body["last_publish_error"] = state.metrics.last_publish_error
+    body["boards"] = {}
+    for board, store in state.boards.items():
+        current = store.current()
+        if current is None:
+            body["boards"][board] = None
+            continue
+        age = (datetime.now(UTC) - current.published_at).total_seconds()
+        body["boards"][board] = {
+            "snapshot_id": current.snapshot_id,
+            "as_of": iso(current.as_of),
+            "published_at": iso(current.published_at),
+            "age_seconds": round(age, 3),
+            "stale": age > state.config.stale_after(board),
+        }
     if state.ingest is not None:
         status = state.ingest.status
         body["kafka"] = {
@@ -56,7 +71,7 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
         SELECT _source, sum(received), sum(accepted), sum(rejected),
                sumIf(accepted, received_at >= now64(3) - INTERVAL 60 SECOND),
                sum(beyond_horizon)
-        FROM {db}.ingest_batches GROUP BY _source ORDER BY _source
+        FROM {db}.ingest_batches WHERE board = 'charts' GROUP BY _source ORDER BY _source
         """
     ).result_rows
     for source, received, accepted, rejected, last_minute, beyond_horizon in rows:
@@ -103,6 +118,7 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
             float(dead_letters),
         )
     )
+    gauges += _board_gauges()
     if state.ingest is not None:
         gauges += state.ingest.gauges()
     snapshot = state.store.current()
@@ -145,6 +161,55 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
                 float(snapshot.entry_count),
             ),
         ]
+    return gauges
+
+
+def _board_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
+    """The other boards' ingest counts, dead letters and snapshot ages."""
+    state = toplist()
+    db = state.config.database
+    gauges: list[tuple[str, str, str, dict[str, str], float]] = []
+    rows = state.store.client.query(
+        f"""
+        SELECT board, _source, sum(accepted), sum(rejected) FROM {db}.ingest_batches
+        WHERE board != 'charts' GROUP BY board, _source ORDER BY board, _source
+        """
+    ).result_rows
+    for board, source, valid, rejected in rows:
+        for outcome, value in (("valid", valid), ("rejected", rejected)):
+            gauges.append(
+                (
+                    "toplist_board_messages_total",
+                    "counter",
+                    "Messages ingested for the other boards, by board, source and outcome"
+                    " (a repeated event is valid and counts once on its board).",
+                    {"board": board, "source": source, "outcome": outcome},
+                    float(value),
+                )
+            )
+    for board, store in state.boards.items():
+        stream = STREAMS[board]
+        dead = store.client.command(f"SELECT count() FROM {db}.{stream.dead_letters}")
+        gauges.append(
+            (
+                "toplist_board_dead_letters",
+                "gauge",
+                "Messages in each other board's dead-letter table.",
+                {"board": board},
+                float(dead),
+            )
+        )
+        current = store.current()
+        if current is not None:
+            gauges.append(
+                (
+                    "toplist_board_snapshot_age_seconds",
+                    "gauge",
+                    "Seconds since each other board's current snapshot was published.",
+                    {"board": board},
+                    (datetime.now(UTC) - current.published_at).total_seconds(),
+                )
+            )
     return gauges
 
 

@@ -1,4 +1,5 @@
-"""The snapshot schedule: one APScheduler job that publishes a snapshot every interval."""
+"""The snapshot schedule: APScheduler jobs that publish the charts every interval, and each
+other board (live listeners, the flash sale, the marketplace shelves) on its own refresh."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from datetime import UTC, datetime
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from api.metrics import Metrics
-from api.publisher import Snapshot, publish
-from api.snapshots import SnapshotStore
+from api.publisher import BoardSnapshot, Snapshot, publish, publish_board
+from api.snapshots import BoardStore, SnapshotStore
 from toplist.config import Config
 from toplist.engine import connect
 
@@ -39,12 +40,31 @@ def publish_job(
     return snapshot
 
 
+def publish_board_job(
+    config: Config, board: str, store: BoardStore | None = None
+) -> BoardSnapshot | None:
+    """Publish one snapshot of another board now; on failure log it and keep serving the
+    last good one."""
+    client = connect(config)
+    try:
+        snapshot = publish_board(client, config, board)
+    except Exception:  # a failed run must never take the current board down
+        log.exception("%s publication failed; the previous snapshot stays current", board)
+        return None
+    finally:
+        client.close()
+    if store:
+        store.invalidate()
+    return snapshot
+
+
 def start_scheduler(
     config: Config,
     store: SnapshotStore | None = None,
     metrics: Metrics | None = None,
     *,
     run_now: bool = True,
+    boards: dict[str, BoardStore] | None = None,
 ) -> BackgroundScheduler:
     scheduler = BackgroundScheduler(timezone=UTC)
     # APScheduler reads next_run_time=None as "paused", so leave it out to wait one interval.
@@ -59,6 +79,19 @@ def start_scheduler(
         coalesce=True,
         **first_run,
     )
+    for board, board_store in (boards or {}).items():
+        scheduler.add_job(
+            publish_board_job,
+            "interval",
+            seconds=config.refresh_seconds(board),
+            id=f"publish-{board}",
+            args=(config, board, board_store),
+            max_instances=1,
+            coalesce=True,
+            **first_run,
+        )
     scheduler.start()
     log.info("publishing a snapshot every %g s", config.publish_interval_seconds)
+    for board in boards or {}:
+        log.info("publishing the %s board every %g s", board, config.refresh_seconds(board))
     return scheduler

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
-from api.publisher import Snapshot, current_snapshot
+from api.publisher import BoardSnapshot, Snapshot, current_board_snapshot, current_snapshot
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,10 @@ class SnapshotStore:
             self._client = self._client_factory()
         return self._client
 
+    @property
+    def database(self) -> str:
+        return self._database
+
     def invalidate(self) -> None:
         with self._lock:
             self._checked_at = None
@@ -93,7 +97,7 @@ class SnapshotStore:
             self._refreshing = True
             generation = self._generation
         try:
-            latest = current_snapshot(self.client, self._database)
+            latest = self._fetch_current()
         finally:
             with self._lock:
                 self._refreshing = False
@@ -107,6 +111,9 @@ class SnapshotStore:
             if generation == self._generation:  # else a publication came since: check again
                 self._checked_at = now
             return self._snapshot
+
+    def _fetch_current(self) -> Snapshot | None:
+        return current_snapshot(self.client, self._database)
 
     def board(self, snapshot: Snapshot, policy: str, window: str, scope: str) -> Board:
         key = (policy, window, scope)
@@ -167,3 +174,49 @@ class SnapshotStore:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+
+@dataclass(frozen=True)
+class BoardEntry:
+    """One row of one of the other boards: its rank, item, score and other figures."""
+
+    rank: int
+    item_id: str
+    score: int
+    extra: dict[str, float]
+
+
+class BoardStore(SnapshotStore):
+    """The current snapshot of one of the other boards (board_snapshots, sql/0014), cached
+    like the charts'. `board(snapshot, metric, window, scope)` is one ranked list; its
+    `by_song` is keyed by the item id."""
+
+    def __init__(self, board: str, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = board
+
+    def _fetch_current(self) -> BoardSnapshot | None:  # type: ignore[override]
+        return current_board_snapshot(self.client, self._database, self.name)
+
+    def _load(self, snapshot_id: str, metric: str, window: str, scope: str) -> Board:
+        rows = self.client.query(
+            f"""
+            SELECT rank, item_id, score, extra FROM {self._database}.board_entries
+            WHERE board = {{board:String}} AND snapshot_id = {{id:String}}
+              AND metric = {{metric:String}} AND window_name = {{window:String}}
+              AND scope = {{scope:String}}
+            ORDER BY rank, item_id
+            """,
+            parameters={
+                "board": self.name,
+                "id": snapshot_id,
+                "metric": metric,
+                "window": window,
+                "scope": scope,
+            },
+        ).result_rows
+        entries = [
+            BoardEntry(int(rank), item_id, int(score), {k: float(v) for k, v in extra.items()})
+            for rank, item_id, score, extra in rows
+        ]
+        return Board(entries, {entry.item_id: entry for entry in entries})  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from toplist.config import Config, ConfigError
+from toplist.config import BOARDS, Config, ConfigError
 from toplist.engine import connect, session
 
 log = logging.getLogger("toplist")
@@ -57,10 +57,11 @@ def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_load(args: argparse.Namespace, config: Config) -> int:
-    from ingest.load import load_lines, read_lines, repair_unfinished
+    from ingest.load import STREAMS, load_lines, read_lines, repair_unfinished
     from toplist.migrate import migrate
 
     stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    way_in = STREAMS[args.board]
     started = time.monotonic()
 
     def progress(read: int) -> None:
@@ -69,29 +70,50 @@ def cmd_load(args: argparse.Namespace, config: Config) -> int:
 
     with stream, session(config) as client:
         migrate(client, config)
-        repair_unfinished(client, config.database, config.repair_after_seconds)
+        repair_unfinished(client, config.database, config.repair_after_seconds, way_in)
         result = load_lines(
             client,
             config.database,
             read_lines(stream),
             batch_rows=config.load_batch_rows,
             progress=progress,
+            stream=way_in,
         )
+    if way_in.exactly_once:
+        counts = f"accepted {result.accepted:,} · duplicates {result.duplicates:,}"
+    else:  # repeats are valid rows; the board's aggregates count each event once
+        counts = f"valid {result.accepted:,} (a repeated {way_in.what} counts once)"
     print(
-        f"read {result.read:,} · accepted {result.accepted:,} · duplicates"
-        f" {result.duplicates:,} · rejected {result.rejected:,}"
-        + (f" (see {config.database}.listens_dead_letters)" if result.rejected else "")
+        f"read {result.read:,} · {counts} · rejected {result.rejected:,}"
+        + (f" (see {config.database}.{way_in.dead_letters})" if result.rejected else "")
     )
     return 0
 
 
+def cmd_catalog(args: argparse.Namespace, config: Config) -> int:
+    from ingest.catalog import load_catalog
+    from toplist.migrate import migrate
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    with session(config) as client:
+        migrate(client, config)
+        result = load_catalog(client, config.database, text.splitlines())
+    for number, reason in result.rejected:
+        _say(f"  line {number}: {reason}")
+    print(f"loaded {result.loaded:,} catalog items · rejected {len(result.rejected):,} lines")
+    return 1 if result.rejected else 0
+
+
 def cmd_publish(args: argparse.Namespace, config: Config) -> int:
-    from api.publisher import publish
+    from api.publisher import publish, publish_board
     from toplist.migrate import migrate
 
     with session(config) as client:
         migrate(client, config)
-        snapshot = publish(client, config, args.as_of)
+        if args.board == "charts":
+            snapshot = publish(client, config, args.as_of)
+        else:
+            snapshot = publish_board(client, config, args.board, args.as_of)
     print(json.dumps(snapshot.as_dict()))
     return 0
 
@@ -165,9 +187,10 @@ def cmd_dbt(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _kafka_ingest(config: Config):  # -> KafkaIngest
-    """The embedded consumer, started; only the embedded engine needs it."""
+def _kafka_ingest(config: Config, board: str = "charts"):  # -> KafkaIngest
+    """The embedded consumer of a board's topic, started; only the embedded engine needs it."""
     from ingest.consumer import KafkaIngest
+    from ingest.load import STREAMS
 
     if not config.kafka_brokers:
         raise ConfigError("--ingest needs TOPLIST_KAFKA_BROKERS (host:port of the Kafka broker)")
@@ -176,8 +199,8 @@ def _kafka_ingest(config: Config):  # -> KafkaIngest
             "--ingest is for the embedded engine; in server mode ClickHouse's Kafka engine"
             " consumes the topic (sql/0009, applied by `toplist migrate`)"
         )
-    _say(f"consuming Kafka topic {config.kafka_topic} from {config.kafka_brokers}")
-    return KafkaIngest(config, connect).start()
+    _say(f"consuming Kafka topic {config.topic(board)} from {config.kafka_brokers}")
+    return KafkaIngest(config, connect, stream=STREAMS[board]).start()
 
 
 def _serve(
@@ -192,12 +215,16 @@ def _serve(
     from api.scheduler import start_scheduler
 
     consumer = _kafka_ingest(config) if ingest else None
+    board_consumers = [_kafka_ingest(config, board) for board in BOARDS] if ingest else []
     app = create_app(config, ingest=consumer)
     state = app.extensions["toplist"]
     scheduler = None
     if publish_every:
         scheduler = start_scheduler(
-            replace(config, publish_interval_seconds=publish_every), state.store, state.metrics
+            replace(config, publish_interval_seconds=publish_every),
+            state.store,
+            state.metrics,
+            boards=state.boards,
         )
     _say(banner or f"serving the Toplist API on http://{host}:{port}/")
     # Everything loaded so far (the engine, Flask, the app and its snapshot) lives as long as
@@ -212,11 +239,12 @@ def _serve(
         # pool of request threads (reads are dictionary lookups in the snapshot cache).
         create_server(app, host=host, port=port, threads=API_THREADS, ident="toplist").run()
     finally:
-        if consumer:
-            consumer.stop()
+        for running in (consumer, *board_consumers):
+            if running:
+                running.stop()
         if scheduler:
             scheduler.shutdown(wait=True)
-        state.store.close()
+        state.close()
     return 0
 
 
@@ -235,7 +263,7 @@ def cmd_produce(args: argparse.Namespace, config: Config) -> int:
     brokers = args.brokers or config.kafka_brokers
     if not brokers:
         raise ConfigError("set TOPLIST_KAFKA_BROKERS or pass --brokers host:port")
-    topic = args.topic or config.kafka_topic
+    topic = args.topic or config.topic(args.board)
     stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
     started = time.monotonic()
 
@@ -256,8 +284,9 @@ def cmd_produce(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
+    from ingest.board_events import demo_board_streams
     from ingest.generator import ListenGenerator, demo_stream
-    from ingest.load import load_lines, repair_unfinished
+    from ingest.load import STREAMS, load_lines, repair_unfinished
     from ingest.produce import event_key
     from toplist.migrate import migrate
 
@@ -280,6 +309,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
         f"  accepted {result.accepted:,} · duplicates {result.duplicates:,}"
         f" · rejected {result.rejected:,}"
     )
+    _demo_boards_history(client, config, now)
 
     stop = threading.Event()
     kafka = bool(config.kafka_brokers)
@@ -288,23 +318,29 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
 
         demo_producer = producer(config.kafka_brokers)
 
-    def send(lines: list[str]) -> None:
+    def send(lines: list[str], board: str = "charts") -> None:
         if kafka:
             for line in lines:
-                demo_producer.send(config.kafka_topic, line.encode(), key=event_key(line.encode()))
+                demo_producer.send(config.topic(board), line.encode(), key=event_key(line.encode()))
         else:
-            load_lines(client, config.database, lines, source="demo")
+            load_lines(client, config.database, lines, source="demo", stream=STREAMS[board])
 
     def stream_demo_events() -> None:
         cut_off = False  # a failed write may leave its batch unfinished
+        boards = demo_board_streams(seed=int(now.timestamp()) + 2)
         for lines in demo_stream(seed=int(now.timestamp()) + 1, per_second=args.rate):
             if stop.is_set():
                 break
             try:
                 if cut_off:
-                    repair_unfinished(client, config.database, config.repair_after_seconds)
+                    for way_in in STREAMS.values():
+                        repair_unfinished(
+                            client, config.database, config.repair_after_seconds, way_in
+                        )
                     cut_off = False
                 send(lines)
+                for board, board_lines in next(boards).items():
+                    send(board_lines, board)
             except Exception:
                 log.exception("demo ingest batch failed")
                 cut_off = not kafka  # through Kafka, the consumer repairs
@@ -319,6 +355,8 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
         f" publishing every {args.publish_every:g} s.\n"
         f"  web page:   {url}/\n"
         f"  a chart:    {url}/v1/charts/global?window=24h&k=10\n"
+        f"  listeners:  {url}/v1/listeners?k=5     sale: {url}/v1/sale/products?k=10\n"
+        f"  a shelf:    {url}/v1/topk?scope=city:sf&metric=views&window=1h&k=5\n"
         f"  health:     {url}/healthz     metrics: {url}/metrics\n"
         "Press Ctrl-C to stop.\n"
     )
@@ -330,6 +368,37 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
         if kafka:
             demo_producer.close(timeout=10)
         client.close()
+
+
+def _board_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--board",
+        choices=("charts", *BOARDS),
+        default="charts",
+        help=f"the board {what}: charts (listen events, the default), listeners (playback"
+        " reports), sale (orders) or popular (item events)",
+    )
+
+
+def _demo_boards_history(client, config: Config, now: datetime) -> None:
+    """The other boards' demo start: the marketplace catalog (with unavailable and deleted
+    items), a day of item events, and an hour of flash-sale orders."""
+    from ingest.board_events import ItemEventGenerator, OrderGenerator
+    from ingest.catalog import load_catalog
+    from ingest.load import STREAMS, load_lines
+
+    items = ItemEventGenerator(seed=int(now.timestamp()))
+    catalog = load_catalog(client, config.database, [json.dumps(row) for row in items.catalog()])
+    events = items.events(5_000, now - timedelta(days=1), now, malformed=3)
+    orders = OrderGenerator(seed=int(now.timestamp())).orders(
+        3_000, now - timedelta(hours=1), now, malformed=2
+    )
+    load_lines(client, config.database, events.lines, source="demo", stream=STREAMS["popular"])
+    load_lines(client, config.database, orders.lines, source="demo", stream=STREAMS["sale"])
+    _say(
+        f"loaded {catalog.loaded} catalog items, {len(events.lines):,} item events and"
+        f" {len(orders.lines):,} flash-sale orders for the other boards"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -385,7 +454,19 @@ def build_parser() -> argparse.ArgumentParser:
         "dedup and dead-letter path as Kafka; print the counts.",
     )
     load.add_argument("file", help="a JSON-lines file, or - for standard input")
+    _board_argument(load, "whose events the file holds")
     load.set_defaults(handler=cmd_load)
+
+    catalog = commands.add_parser(
+        "catalog",
+        help="load marketplace catalog items from a JSON-lines file",
+        description="Load catalog items (item_id, name, price_cents, available, deleted) that"
+        " the popular-items shelves are filtered by when read: an unavailable, deleted or"
+        " unknown item is never shown. The latest row per item wins. Bad lines are reported"
+        " and skipped (exit status 1).",
+    )
+    catalog.add_argument("file", help="a JSON-lines file, or - for standard input")
+    catalog.set_defaults(handler=cmd_catalog)
 
     publish = commands.add_parser(
         "publish",
@@ -397,8 +478,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_time,
         default=None,
         metavar="TIME",
-        help="snapshot time, RFC 3339 (aligned down to the 10-minute bucket; default now)",
+        help="snapshot time, RFC 3339 (aligned down to the 10-minute bucket for the charts,"
+        " the minute for popular, the second for listeners and sale; default now)",
     )
+    _board_argument(publish, "to publish")
     publish.set_defaults(handler=cmd_publish)
 
     serve = commands.add_parser(
@@ -430,7 +513,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     produce.add_argument("file", help="a JSON-lines file, or - for standard input")
     produce.add_argument("--brokers", help="host:port[,...] (default TOPLIST_KAFKA_BROKERS)")
-    produce.add_argument("--topic", help="topic (default TOPLIST_KAFKA_TOPIC, i.e. listens)")
+    produce.add_argument(
+        "--topic", help="topic (default: the board's, e.g. TOPLIST_KAFKA_TOPIC for the charts)"
+    )
+    _board_argument(produce, "whose events the file holds (it picks the default topic)")
     produce.set_defaults(handler=cmd_produce)
 
     void = commands.add_parser(

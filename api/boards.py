@@ -1,0 +1,247 @@
+"""The other boards' read API (DESIGN.md "The other boards"), each from its latest snapshot:
+
+* `GET /v1/listeners?k=10`: current listeners per song;
+* `GET /v1/sale/products?k=100`, `GET /v1/sale/buyers?k=100`: the flash sale's top products
+  by units and top buyers by spend, with the sale's totals; `GET /v1/sale/products/<id>` and
+  `GET /v1/sale/buyers/<id>`: one product's or buyer's rank and score;
+* `GET /v1/topk?scope=city:sf&metric=views&window=1h&k=50`: a marketplace shelf, left
+  without the items the catalog says are unavailable, deleted or unknown, read at request
+  time from a stored list longer than k (so the shelf still fills).
+
+Answers drawn only from a snapshot are cached and tagged as the charts' are (api/charts.py
+`from_snapshot`); a shelf also depends on the catalog, so it is never answered from cache.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from flask import Blueprint, jsonify, request
+
+from api.app import ApiError, toplist
+from api.charts import from_snapshot
+from api.publisher import BoardSnapshot, iso
+from api.snapshots import Board, BoardStore
+from toplist.config import POPULAR_METRICS, POPULAR_WINDOWS
+
+boards = Blueprint("boards", __name__)
+
+_DIGITS = re.compile(r"^[0-9]{1,7}$")
+# As api/openapi.yaml says: an id of 1 to 128 characters, none of them a control character.
+_SHELF_SCOPE = re.compile(r"(?:global|(?:restaurant|city):[^\x00-\x1f\x7f]{1,128})")
+
+# uniqCombined's documented behaviour (ClickHouse docs), for the answers that carry it.
+DISTINCT_BUYERS_ERROR = (
+    "approximate (uniqCombined): exact up to hash collisions while a product's buyers fit its"
+    " array and hash-table phases, then HyperLogLog with 2^17 cells, a relative standard"
+    " error of about 0.3%"
+)
+
+
+def _k(default: int, k_max: int) -> int:
+    raw = request.args.get("k")
+    if raw is None:
+        return default
+    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= k_max:
+        raise ApiError(400, "invalid_k", f"k must be an integer from 1 to {k_max}, got {raw!r}")
+    return int(raw)
+
+
+def _store(board: str) -> BoardStore:
+    return toplist().boards[board]
+
+
+def _snapshot(board: str) -> BoardSnapshot:
+    snapshot = _store(board).current()
+    if snapshot is None:
+        raise ApiError(
+            503,
+            "no_snapshot",
+            f"no {board} snapshot has been published yet; the board appears after the first"
+            " publication",
+        )
+    return snapshot  # type: ignore[return-value]
+
+
+def _header(snapshot: BoardSnapshot, stale: bool) -> dict[str, object]:
+    return {
+        "as_of": iso(snapshot.as_of),
+        "snapshot_id": snapshot.snapshot_id,
+        "policy": snapshot.policy,
+        "published_at": iso(snapshot.published_at),
+        "stale": stale,
+    }
+
+
+def _board(snapshot: BoardSnapshot, metric: str, window: str, scope: str) -> Board:
+    return _store(snapshot.board).board(snapshot, metric, window, scope)  # type: ignore[arg-type]
+
+
+def _int_stats(snapshot: BoardSnapshot, *names: str) -> dict[str, int]:
+    return {name: int(snapshot.stats.get(name, 0)) for name in names}
+
+
+@boards.get("/v1/listeners")
+def listeners():  # type: ignore[no-untyped-def]
+    config = toplist().config
+    k = _k(config.default_k, config.board_keep_top)
+    snapshot = _snapshot("listeners")
+
+    def body(stale: bool) -> dict[str, object]:
+        board = _board(snapshot, "listeners", "now", "global")
+        return {
+            "k": k,
+            **_header(snapshot, stale),
+            **_int_stats(snapshot, "users"),
+            "items": [
+                {"rank": e.rank, "song_id": e.item_id, "listeners": e.score} for e in board.top(k)
+            ],
+        }
+
+    return from_snapshot(snapshot, ("listeners", k), body, board="listeners")
+
+
+_SALE = {
+    # board scope: (metric, id field, score field, extra fields)
+    "products": ("units", "product_id", "units", ("orders", "distinct_buyers")),
+    "buyers": ("spend_cents", "buyer_id", "spend_cents", ("orders", "units")),
+}
+
+
+def _sale_row(scope: str, entry) -> dict[str, object]:  # entry: a BoardEntry
+    _, id_field, score_field, extra = _SALE[scope]
+    row: dict[str, object] = {"rank": entry.rank, id_field: entry.item_id, score_field: entry.score}
+    row.update({name: int(entry.extra.get(name, 0)) for name in extra})
+    return row
+
+
+def _sale_totals(snapshot: BoardSnapshot) -> dict[str, object]:
+    return {
+        **_int_stats(snapshot, "orders", "units", "spend_cents", "products", "distinct_buyers"),
+        "distinct_buyers_error": DISTINCT_BUYERS_ERROR,
+    }
+
+
+@boards.get("/v1/sale/<any(products, buyers):scope>")
+def sale_board(scope: str):  # type: ignore[no-untyped-def]
+    config = toplist().config
+    k = _k(100, config.board_keep_top)
+    snapshot = _snapshot("sale")
+    metric = _SALE[scope][0]
+
+    def body(stale: bool) -> dict[str, object]:
+        board = _board(snapshot, metric, "all", scope)
+        return {
+            "board": scope,
+            "metric": metric,
+            "k": k,
+            **_header(snapshot, stale),
+            "totals": _sale_totals(snapshot),
+            "items": [_sale_row(scope, entry) for entry in board.top(k)],
+        }
+
+    return from_snapshot(snapshot, ("sale", scope, k), body, board="sale")
+
+
+@boards.get("/v1/sale/<any(products, buyers):scope>/<path:item_id>")
+def sale_rank(scope: str, item_id: str):  # type: ignore[no-untyped-def]
+    snapshot = _snapshot("sale")
+    metric = _SALE[scope][0]
+    entry = _board(snapshot, metric, "all", scope).by_song.get(item_id)
+    if entry is None:
+        what = scope[:-1]
+        raise ApiError(
+            404,
+            f"{what}_not_ranked",
+            f"{what} {item_id!r} has no orders in snapshot {snapshot.snapshot_id}"
+            f" (snapshots keep the top {snapshot.keep_top} {scope})",
+        )
+    return from_snapshot(
+        snapshot,
+        ("sale", scope, "item", item_id),
+        lambda stale: {**_header(snapshot, stale), **_sale_row(scope, entry)},
+        board="sale",
+    )
+
+
+def _shelf_args() -> tuple[str, str, str, int]:
+    config = toplist().config
+    scope = request.args.get("scope", "global")
+    if not _SHELF_SCOPE.fullmatch(scope):
+        raise ApiError(
+            400,
+            "invalid_scope",
+            f"scope must be global, restaurant:<id> or city:<id>, got {scope!r}",
+        )
+    metric = _one_of("metric", POPULAR_METRICS, "views")
+    window = _one_of("window", POPULAR_WINDOWS, "1h")
+    return scope, metric, window, _k(config.default_k, config.popular_k_max)
+
+
+def _one_of(name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = request.args.get(name, default)
+    if value not in allowed:
+        raise ApiError(
+            400, f"invalid_{name}", f"{name} must be one of {', '.join(allowed)}, got {value!r}"
+        )
+    return value
+
+
+def shown_items(store: BoardStore, item_ids: list[str]) -> dict[str, tuple[str, int]]:
+    """item_id -> (name, price_cents) of the items the catalog lets a shelf show now:
+    available and not deleted, by the latest row per item."""
+    if not item_ids:
+        return {}
+    rows = store.client.query(
+        f"""
+        SELECT item_id, argMax(name, updated_at), argMax(price_cents, updated_at)
+        FROM {store.database}.catalog_items
+        WHERE item_id IN {{ids:Array(String)}}
+        GROUP BY item_id
+        HAVING argMax(available, updated_at) AND NOT argMax(deleted, updated_at)
+        """,
+        parameters={"ids": item_ids},
+    ).result_rows
+    return {item_id: (name, int(price)) for item_id, name, price in rows}
+
+
+@boards.get("/v1/topk")
+def topk():  # type: ignore[no-untyped-def]
+    scope, metric, window, k = _shelf_args()
+    snapshot = _snapshot("popular")
+    store = _store("popular")
+    board = _board(snapshot, metric, window, scope)
+    shown = shown_items(store, [entry.item_id for entry in board.entries])
+    items: list[dict[str, object]] = []
+    hidden = 0  # ranked items left out, up to the last one shown
+    for entry in board.entries:
+        if len(items) == k:
+            break
+        if entry.item_id not in shown:
+            hidden += 1
+            continue
+        name, price = shown[entry.item_id]
+        items.append(
+            {
+                "rank": len(items) + 1,
+                "item_id": entry.item_id,
+                "name": name,
+                "price_cents": price,
+                metric: entry.score,
+            }
+        )
+    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
+    response = jsonify(
+        {
+            "scope": scope,
+            "metric": metric,
+            "window": window,
+            "k": k,
+            **_header(snapshot, age > toplist().config.stale_after("popular")),
+            "hidden": hidden,
+            "items": items,
+        }
+    )
+    response.cache_control.no_cache = True  # the catalog may change before the next snapshot
+    return response
