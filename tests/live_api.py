@@ -6,6 +6,7 @@ integrators and browsers do, over a socket, not through Flask's test client.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,9 +17,11 @@ from pathlib import Path
 from werkzeug.serving import make_server
 
 from api.app import create_app
-from api.publisher import Snapshot, publish
+from api.publisher import Snapshot, publish, publish_board
+from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
+from ingest.catalog import load_catalog
 from ingest.generator import Listen
-from ingest.load import load_lines
+from ingest.load import STREAMS, load_lines
 from toplist.config import Config
 from toplist.engine import connect
 from toplist.migrate import migrate
@@ -57,6 +60,34 @@ def board_listens() -> list[str]:
     return lines
 
 
+def load_other_boards(client, config: Config) -> None:
+    """A little of each other board, published at AS_OF (the sale's top product is
+    product-000, and its top buyer BUYER)."""
+    items = ItemEventGenerator(seed=3)
+    load_catalog(client, config.database, [json.dumps(row) for row in items.catalog()])
+    for board, lines in (
+        (
+            "listeners",
+            PlaybackGenerator(seed=3, users=40).history(AS_OF - timedelta(minutes=5), AS_OF).lines,
+        ),
+        (
+            "sale",
+            OrderGenerator(seed=3).orders(300, AS_OF - timedelta(hours=1), AS_OF).lines
+            + [BUYER_ORDER],
+        ),
+        ("popular", items.events(600, AS_OF - timedelta(hours=2), AS_OF).lines),
+    ):
+        load_lines(client, config.database, lines, stream=STREAMS[board])
+        publish_board(client, config, board, AS_OF)
+
+
+BUYER = "buyer-big-spender"
+BUYER_ORDER = json.dumps(
+    {"event_id": "big", "order_id": "big", "product_id": "product-000", "buyer_id": BUYER,
+     "units": 1, "amount_cents": 10_000_000, "event_time": "2026-12-01T11:00:00Z"}
+)  # fmt: skip
+
+
 @dataclass
 class LiveApi:
     url: str
@@ -85,6 +116,7 @@ def live_api(config: Config) -> Iterator[LiveApi]:
     migrate(client, config)
     load_lines(client, config.database, board_listens())
     snapshot = publish(client, config, AS_OF)
+    load_other_boards(client, config)
     app = create_app(config)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="live-api", daemon=True)
@@ -94,6 +126,6 @@ def live_api(config: Config) -> Iterator[LiveApi]:
     finally:
         server.shutdown()
         thread.join(10)
-        app.extensions["toplist"].store.close()
+        app.extensions["toplist"].close()
         client.command(f"DROP DATABASE IF EXISTS {config.database} SYNC")
         client.close()

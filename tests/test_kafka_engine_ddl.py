@@ -27,8 +27,8 @@ KAFKA_VIRTUAL_COLUMNS = """
 """
 
 
-def kafka_migration():
-    (migration,) = [m for m in discover() if m.requires == "kafka_engine"]
+def kafka_migration(version: int = 9):
+    (migration,) = [m for m in discover() if m.requires == "kafka_engine" and m.version == version]
     return migration
 
 
@@ -96,14 +96,59 @@ def test_the_kafka_view_writes_the_columns_of_the_incoming_table(client, config)
     assert dead == [("not json", 42, "kafka-engine")], "a broken message must be dead-lettered"
 
 
+def test_the_other_boards_topics_render_into_their_own_kafka_tables(client, config):
+    """0018: one Kafka engine table per board topic and group, each feeding its board's
+    incoming table, where a good message becomes a raw event and a broken one a dead letter."""
+    db = config.database
+    server = replace(
+        server_config(config),
+        kafka_topic_listeners="playbacks-prod",
+        kafka_topic_sale="orders-prod",
+        kafka_topic_popular="item-events-prod",
+    )
+    statements = kafka_migration(18).statements(server)
+    tables = [format_query(client, sql) for sql in statements if " TABLE " in sql]
+    for (table, topic, board), formatted in zip(
+        [
+            ("playbacks", "playbacks-prod", "listeners"),
+            ("orders", "orders-prod", "sale"),
+            ("item_events", "item-events-prod", "popular"),
+        ],
+        tables,
+        strict=True,
+    ):
+        assert f"{db}.{table}_kafka" in formatted and "ENGINE = Kafka" in formatted
+        assert f"kafka_topic_list = '{topic}'" in formatted
+        assert f"kafka_group_name = 'toplist-prod-{board}'" in formatted
+    for table in ("playbacks", "orders", "item_events"):
+        client.command(f"CREATE TABLE {db}.{table}_kafka ({KAFKA_VIRTUAL_COLUMNS}) ENGINE = Null")
+    for view in (sql for sql in statements if "MATERIALIZED VIEW" in sql):
+        client.command(view)
+    good = (
+        '{"event_id":"o1","order_id":"o1","product_id":"p","buyer_id":"b","units":2,'
+        '"amount_cents":300,"event_time":1764590000000}'
+    )
+    client.command(
+        f"""
+        INSERT INTO {db}.orders_kafka
+        (message, _topic, _key, _offset, _partition, _timestamp_ms, _raw_message, _error) VALUES
+        ('{good}', 'orders-prod', 'o1', 7, 1, NULL, '', ''),
+        ('', 'orders-prod', '', 8, 1, NULL, 'nope', 'Cannot parse JSON object')
+        """
+    )
+    order = client.query(f"SELECT event_id, units, _offset, _source FROM {db}.orders")
+    assert order.result_rows == [("o1", 2, 7, "kafka-engine")]
+    dead = client.query(f"SELECT raw_message, _offset FROM {db}.orders_dead_letters")
+    assert dead.result_rows == [("nope", 8)]
+
+
 def test_embedded_mode_leaves_the_kafka_engine_unapplied(client, config):
     tables = client.command(
         f"SELECT count() FROM system.tables WHERE database = '{config.database}'"
-        " AND name LIKE 'listens_kafka%'"
+        " AND name LIKE '%_kafka%'"
     )
     recorded = client.command(
-        f"SELECT count() FROM {config.database}.schema_migrations"
-        f" WHERE version = {kafka_migration().version}"
+        f"SELECT count() FROM {config.database}.schema_migrations WHERE version IN (9, 18)"
     )
     assert (tables, recorded) == (0, 0), "chDB cannot run the Kafka engine; it must be skipped"
     assert not replace(config, kafka_brokers="127.0.0.1:9092").kafka_engine

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import requests
 import schemathesis
-from live_api import ARTIFACTS, TOKEN, TOP_SONGS
+from live_api import ARTIFACTS, BUYER, TOKEN, TOP_SONGS
 
 SPEC = Path(__file__).resolve().parent.parent / "api" / "openapi.yaml"
 spec = schemathesis.openapi.from_path(SPEC)
@@ -36,6 +36,17 @@ EXAMPLES = [
     ),
     ("/v1/charts/{scope}/songs/{song_id}", "GET", "/v1/charts/SE/songs/nope", None, False, 404),
     ("/v1/scopes", "GET", "/v1/scopes", None, False, 200),
+    ("/v1/listeners", "GET", "/v1/listeners?k=3", None, False, 200),
+    ("/v1/listeners", "GET", "/v1/listeners?k=1001", None, False, 400),
+    ("/v1/sale/products", "GET", "/v1/sale/products", None, False, 200),
+    ("/v1/sale/buyers", "GET", "/v1/sale/buyers?k=5", None, False, 200),
+    ("/v1/sale/buyers", "GET", "/v1/sale/buyers?k=x", None, False, 400),
+    ("/v1/sale/products/{product_id}", "GET", "/v1/sale/products/product-000", None, False, 200),
+    ("/v1/sale/products/{product_id}", "GET", "/v1/sale/products/nope", None, False, 404),
+    ("/v1/sale/buyers/{buyer_id}", "GET", f"/v1/sale/buyers/{BUYER}", None, False, 200),
+    ("/v1/topk", "GET", "/v1/topk?scope=city:sf&metric=views&window=1h&k=5", None, False, 200),
+    ("/v1/topk", "GET", "/v1/topk", None, False, 200),
+    ("/v1/topk", "GET", "/v1/topk?scope=town:x", None, False, 400),
     ("/healthz", "GET", "/healthz", None, False, 200),
     ("/metrics", "GET", "/metrics", None, False, 200),
     ("/openapi.yaml", "GET", "/openapi.yaml", None, False, 200),

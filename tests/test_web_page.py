@@ -4,6 +4,7 @@ refreshes itself when a new snapshot is published."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import replace
 
@@ -85,3 +86,12 @@ def test_the_page_warns_when_the_snapshot_is_stale(config, page):
         expect(page.locator("#board li").first).to_have_attribute(
             "data-song", TOP_SONGS[("global", "24h")]
         )  # the last good board stays on show
+
+
+def test_the_page_shows_the_other_boards(served, page):
+    page.goto(served.url + "/")
+    for board in ("listeners", "sale", "shelf"):
+        expect(page.locator(f"#{board} li").first).to_have_attribute("data-item", re.compile(".+"))
+    expect(page.locator("#sale li").first).to_have_attribute("data-item", "product-000")
+    expect(page.locator("#listeners-meta")).to_contain_text("listening")
+    page.screenshot(path=str(ARTIFACTS / "web-page-boards.png"), full_page=True)

@@ -1,0 +1,116 @@
+"""Independent references for the other boards, in plain Python, to hold the SQL to.
+
+Each takes the distinct events a generator made (ingest/board_events.py) and says what the
+board must show; ranking is the v1 policy: score descending, then the id bytewise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+
+def ranked(scores: dict[str, int], keep: int = 1000) -> list[tuple[str, int]]:
+    rows = [(item, score) for item, score in scores.items() if score > 0]
+    return sorted(rows, key=lambda row: (-row[1], row[0].encode()))[:keep]
+
+
+def current_listeners(
+    reports: Iterable[dict], as_of: datetime | None = None, expiry_seconds: int = 0
+) -> dict[str, str]:
+    """user -> the song they count for now.
+
+    Replays each playback's reports in the order that matters, whatever order they came in:
+    a playback is open if its latest START/STOP (by version; at one version STOP wins) is a
+    START; expired if nothing was heard from it for expiry_seconds before as_of; a user with
+    several open playbacks listens to the one started last."""
+    playbacks: dict[tuple[str, str], dict] = {}
+    for report in reports:
+        key = (report["user_id"], report["playback_id"])
+        state = playbacks.setdefault(
+            key, {"latest": None, "song": None, "song_key": None, "started": None, "seen": None}
+        )
+        moment = report["event_time"]
+        state["seen"] = moment if state["seen"] is None else max(state["seen"], moment)
+        if report["type"] == "HEARTBEAT":
+            continue
+        order = (report["version"], report["type"] == "STOP")
+        if state["latest"] is None or order > state["latest"]:
+            state["latest"] = order
+        if report["type"] == "START":
+            song_key = (report["version"], moment, report["song_id"])
+            if state["song_key"] is None or song_key > state["song_key"]:
+                state["song_key"] = song_key
+                state["song"] = report["song_id"]
+            state["started"] = moment if state["started"] is None else max(state["started"], moment)
+    current: dict[str, tuple] = {}
+    for (user, playback), state in playbacks.items():
+        if state["latest"] is None or state["latest"][1] or state["song"] is None:
+            continue
+        if expiry_seconds and state["seen"] < as_of - timedelta(seconds=expiry_seconds):
+            continue
+        choice = (state["started"], state["latest"][0], playback)
+        if user not in current or choice > current[user][0]:
+            current[user] = (choice, state["song"])
+    return {user: song for user, (_choice, song) in current.items()}
+
+
+def listeners_board(current: dict[str, str]) -> list[tuple[str, int]]:
+    return ranked(Counter(current.values()))
+
+
+def sale_boards(orders: Iterable[dict]) -> dict[str, list[tuple[str, int]]]:
+    """{'products': [(product, units)], 'buyers': [(buyer, spend_cents)]}, one copy per
+    event_id."""
+    unique = {order["event_id"]: order for order in orders}
+    units: dict[str, int] = defaultdict(int)
+    spend: dict[str, int] = defaultdict(int)
+    for order in unique.values():
+        units[order["product_id"]] += order["units"]
+        spend[order["buyer_id"]] += order["amount_cents"]
+    return {"products": ranked(units), "buyers": ranked(spend)}
+
+
+def distinct_buyers(orders: Iterable[dict]) -> tuple[dict[str, int], int]:
+    """Exact distinct buyers per product and in total."""
+    per_product: dict[str, set[str]] = defaultdict(set)
+    for order in orders:
+        per_product[order["product_id"]].add(order["buyer_id"])
+    every = set().union(*per_product.values()) if per_product else set()
+    return {product: len(buyers) for product, buyers in per_product.items()}, len(every)
+
+
+POPULAR_WINDOWS = {"1m": timedelta(minutes=1), "1h": timedelta(hours=1), "1d": timedelta(days=1)}
+
+
+def bucket(moment: datetime) -> datetime:
+    return moment.replace(minute=moment.minute - moment.minute % 10, second=0, microsecond=0)
+
+
+def shelves(
+    events: Iterable[dict], as_of: datetime, keep: int = 300
+) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
+    """{(scope, metric, window): [(item, score)]}: views counted once per user, item and
+    10-minute bucket, orders once per event_id, among events in as_of - W <= minute < as_of
+    (as_of on the minute)."""
+    unique = {event["event_id"]: event for event in events}
+    counted: dict[tuple[str, str, str, str], set] = defaultdict(set)
+    for event in unique.values():
+        minute = event["event_time"].replace(second=0, microsecond=0)
+        metric = "views" if event["type"] == "view" else "orders"
+        what = (
+            (event["user_id"], bucket(event["event_time"]))
+            if metric == "views"
+            else event["event_id"]
+        )
+        scopes = (f"restaurant:{event['restaurant_id']}", f"city:{event['city_id']}", "global")
+        for window, length in POPULAR_WINDOWS.items():
+            if not as_of - length <= minute < as_of:
+                continue
+            for scope in scopes:
+                counted[(scope, metric, window, event["item_id"])].add(what)
+    scores: dict[tuple[str, str, str], dict[str, int]] = defaultdict(dict)
+    for (scope, metric, window, item), things in counted.items():
+        scores[(scope, metric, window)][item] = len(things)
+    return {shelf: ranked(items, keep) for shelf, items in scores.items()}
