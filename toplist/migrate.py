@@ -8,9 +8,10 @@ new one instead).
 A migration whose first line is `-- requires: kafka_engine` is applied only where ClickHouse
 consumes Kafka itself (server mode with TOPLIST_KAFKA_BROKERS set); elsewhere it is left
 unapplied and unrecorded, so enabling Kafka later applies it. Such files may also use
-`${kafka_brokers}`, `${kafka_topic}`, `${kafka_group}` and `${kafka_consumers}`, rendered from
-the configuration (validated there, so they are safe inside SQL string literals), as is
-`${incoming_log_days}` (a positive integer) in any file.
+`${kafka_brokers}`, `${kafka_topic}` (and the other boards' `${kafka_topic_listeners}`,
+`${kafka_topic_sale}`, `${kafka_topic_popular}`), `${kafka_group}` and `${kafka_consumers}`,
+rendered from the configuration (validated there, so they are safe inside SQL string
+literals), as is `${incoming_log_days}` (a positive integer) in any file.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def render(sql: str, config: Config) -> str:
         "database": config.database,
         "kafka_brokers": config.kafka_brokers,
         "kafka_topic": config.kafka_topic,
+        "kafka_topic_listeners": config.kafka_topic_listeners,
+        "kafka_topic_sale": config.kafka_topic_sale,
+        "kafka_topic_popular": config.kafka_topic_popular,
         "kafka_group": config.kafka_group,
         "kafka_consumers": str(config.kafka_consumers),
         "incoming_log_days": str(config.incoming_log_days),
