@@ -25,6 +25,7 @@ from api.publisher import PublishError, publish_board
 from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
 from ingest.catalog import load_catalog
 from ingest.load import STREAMS, load_lines, repair_unfinished
+from toplist.corrections import rebuild_board
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
 
@@ -295,3 +296,39 @@ def test_a_failed_board_publication_keeps_the_last_snapshot(client, config):
     assert answer["snapshot_id"] == good.snapshot_id and len(answer["items"]) == 2
     left = int(client.command(f"SELECT count() FROM {config.database}.board_entries"))
     assert left == good.entry_count, "a failed publication left entries behind"
+
+
+def test_a_board_rebuilt_from_raw_shows_what_its_events_say(client, config):
+    """Whatever its aggregate came to hold (here: a playback that no report ever opened, and a
+    view no event made), a rebuild from the raw events puts the board right."""
+    db = config.database
+    playbacks = PlaybackGenerator(seed=19, users=120).history(NOW - timedelta(minutes=5), NOW)
+    items = ItemEventGenerator(seed=19)
+    events = items.events(1_000, NOW - timedelta(hours=2), NOW)
+    load(client, db, "listeners", playbacks.lines)
+    load(client, db, "popular", events.lines)
+    client.command(
+        f"""
+        INSERT INTO {db}.playbacks
+        SELECT 'ghost', 'p', maxState(tuple(toUInt64(9), toUInt8(0))),
+            argMaxState('ghost-song', tuple(toUInt8(1), toUInt64(9), now64(3), 'ghost-song')),
+            maxState(now64(3)), maxState(now64(3))
+        """
+    )
+    client.command(
+        f"""
+        INSERT INTO {db}.item_activity_by_minute
+        SELECT {{minute:DateTime('UTC')}}, 'sf', 'r00', 'ghost-item', 'view',
+            uniqExactState('someone/never')
+        """,
+        parameters={"minute": NOW.replace(second=0) - timedelta(minutes=2)},
+    )
+    for board in ("listeners", "popular"):
+        rebuild_board(client, db, board)
+    listeners = publish_board(client, config, "listeners", NOW)
+    board = entries(client, db, listeners.snapshot_id)[("global", "listeners", "now")]
+    assert [(i, s) for i, s, _ in board] == listeners_board(current_listeners(playbacks.events))
+    popular = publish_board(client, config, "popular", NOW)
+    published = entries(client, db, popular.snapshot_id)
+    truth = shelves(events.events, NOW.replace(second=0))
+    assert {shelf: [(i, s) for i, s, _ in rows] for shelf, rows in published.items()} == truth

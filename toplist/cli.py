@@ -142,10 +142,21 @@ def cmd_void(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace, config: Config) -> int:
-    from toplist.corrections import rebuild_aggregates
+    from toplist.corrections import rebuild_aggregates, rebuild_board
     from toplist.migrate import migrate
 
     started = time.monotonic()
+    if args.board != "charts":
+        if args.start or args.end:
+            raise ConfigError("--from/--to are for the charts; another board is rebuilt whole")
+        with session(config) as client:
+            migrate(client, config)
+            rows = rebuild_board(client, config.database, args.board)
+        print(
+            f"rebuilt the {args.board} aggregate from the raw events ({rows:,} rows) and"
+            f" swapped it in, in {time.monotonic() - started:.1f} s"
+        )
+        return 0
 
     def progress(done: int, total: int, month: int, rows: int) -> None:
         what = f"recounted, {rows:,} bucket rows" if rows else "kept as it was"
@@ -545,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.add_argument(
         "--to", dest="end", type=_time, metavar="T", help="end, exclusive (default: all)"
     )
+    _board_argument(rebuild, "to rebuild (another board than the charts is rebuilt whole)")
     rebuild.set_defaults(handler=cmd_rebuild)
 
     dbt = commands.add_parser(

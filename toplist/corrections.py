@@ -292,3 +292,43 @@ def rebuild_aggregates(
         client.command(f"DROP TABLE IF EXISTS {staging_total}")
     result.seconds = time.monotonic() - started
     return result
+
+
+# Each other board's aggregate, and the materialized view that fills it from the raw events.
+BOARD_AGGREGATES = {
+    "listeners": ("playbacks", "playbacks_mv"),
+    "sale": ("sale_buyers_by_product", "sale_buyers_by_product_mv"),
+    "popular": ("item_activity_by_minute", "item_activity_by_minute_mv"),
+}
+
+
+def rebuild_board(client: Client, database: str, board: str) -> int:
+    """Recompute one other board's aggregate from its raw events; returns its rows.
+
+    The aggregate is rebuilt whole, by the query of the very view that fills it (read back
+    from the engine, so the rule stays in its migration), into a fresh table swapped in with
+    one EXCHANGE TABLES. Those aggregates ignore repeated events, so the raw table's unmerged
+    copies change nothing. Pause the board's ingestion while it runs, as for the charts.
+    (The sale's sums need no rebuild: they are taken from the raw orders when published.)
+    """
+    if board not in BOARD_AGGREGATES:
+        raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_AGGREGATES)}")
+    table, view = BOARD_AGGREGATES[board]
+    rows = client.query(
+        "SELECT as_select FROM system.tables WHERE database = {db:String} AND name = {view:String}",
+        parameters={"db": database, "view": view},
+    ).result_rows
+    query = rows[0][0] if rows else ""
+    if not query:
+        raise RuntimeError(f"{database}.{view} is missing: run `toplist migrate` first")
+    live, staging = f"{database}.{table}", f"{database}.{table}_rebuild"
+    client.command(f"DROP TABLE IF EXISTS {staging}")
+    client.command(f"CREATE TABLE {staging} AS {live}")
+    try:
+        client.command(f"INSERT INTO {staging} {query}")
+        rows = int(client.command(f"SELECT count() FROM {staging}"))
+        client.command(f"EXCHANGE TABLES {live} AND {staging}")
+    finally:
+        client.command(f"DROP TABLE IF EXISTS {staging}")
+    log.info("rebuilt %s from the raw events (%d rows)", live, rows)
+    return rows
