@@ -41,6 +41,8 @@ class Toplist:
     ingest: KafkaIngest | None = None
     # The other boards' snapshot caches, by board (live listeners, sale, popular).
     boards: dict[str, BoardStore] = field(default_factory=dict)
+    # The other boards' embedded Kafka consumers, by board, when this process runs them.
+    board_ingest: dict[str, KafkaIngest] = field(default_factory=dict)
 
     def close(self) -> None:
         for store in (self.store, *self.boards.values()):
@@ -56,6 +58,7 @@ def create_app(
     store: SnapshotStore | None = None,
     metrics: Metrics | None = None,
     ingest: KafkaIngest | None = None,
+    board_ingest: dict[str, KafkaIngest] | None = None,
 ) -> Flask:
     config = config or Config.from_env()
     store = store or SnapshotStore(
@@ -72,7 +75,9 @@ def create_app(
         )
         for board in BOARDS
     }
-    app.extensions["toplist"] = Toplist(config, store, metrics or Metrics(), ingest, boards)
+    app.extensions["toplist"] = Toplist(
+        config, store, metrics or Metrics(), ingest, boards, dict(board_ingest or {})
+    )
 
     from api.boards import boards as boards_api
     from api.charts import charts

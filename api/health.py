@@ -51,15 +51,21 @@ def healthz():  # type: ignore[no-untyped-def]
             "stale": age > state.config.stale_after(board),
         }
     if state.ingest is not None:
-        status = state.ingest.status
-        body["kafka"] = {
-            "running": status.running,
-            "topic": state.config.kafka_topic,
-            "messages": status.messages,
-            "lag": sum(status.lag.values()),
-            "last_error": status.last_error,
-        }
+        body["kafka"] = _consumer_health(state.ingest)
+    if state.board_ingest:
+        body["kafka_boards"] = {b: _consumer_health(c) for b, c in state.board_ingest.items()}
     return jsonify(body)
+
+
+def _consumer_health(consumer) -> dict[str, object]:  # consumer: a KafkaIngest
+    status = consumer.status
+    return {
+        "running": status.running,
+        "topic": consumer.topic,
+        "messages": status.messages,
+        "lag": sum(status.lag.values()),
+        "last_error": status.last_error,
+    }
 
 
 def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
@@ -119,8 +125,12 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
         )
     )
     gauges += _board_gauges()
-    if state.ingest is not None:
-        gauges += state.ingest.gauges()
+    consumed = state.ingest.gauges() if state.ingest is not None else []
+    for board, consumer in state.board_ingest.items():
+        consumed += [
+            (n, t, h, {**labels, "board": board}, v) for n, t, h, labels, v in consumer.gauges()
+        ]
+    gauges += consumed
     snapshot = state.store.current()
     if snapshot is not None:
         age = (datetime.now(UTC) - snapshot.published_at).total_seconds()

@@ -58,7 +58,9 @@ class Metrics:
                 described.add(name)
             lines.append(f"{name}{_labels(labels)} {value:g}")
 
-        for name, kind, help_text, labels, value in gauges:
+        # A metric's samples together, as the text format requires (the sort is stable, so
+        # each metric keeps its samples' order).
+        for name, kind, help_text, labels, value in sorted(gauges, key=lambda gauge: gauge[0]):
             sample(name, kind, help_text, labels, value)
         with self._lock:
             for outcome, count in self.publications.items():

@@ -130,6 +130,24 @@ def test_killed_consumer_process_loses_nothing_and_counts_nothing_twice(tmp_path
             _metric(metrics, "toplist_ingest_messages_total", source="kafka", outcome="rejected")
             == batch.malformed
         )
+        # The other boards' consumers run beside it, each on its own topic, and say so.
+        boards_kafka = _get(port, "/healthz")["kafka_boards"]
+        assert {b: c["running"] for b, c in boards_kafka.items()} == {
+            "listeners": True,
+            "sale": True,
+            "popular": True,
+        }
+        assert boards_kafka["sale"]["topic"] == "orders"
+        assert _metric(metrics, "toplist_kafka_consumer_up", board="popular") == 1
+        family = ""  # each sample must come under its own metric's TYPE line
+        for line in metrics.splitlines():
+            if line.startswith("# TYPE"):
+                family = line.split()[2]
+            elif line and not line.startswith("#"):
+                name = line.split("{")[0].split()[0]
+                assert name in {family, *(family + end for end in ("_bucket", "_sum", "_count"))}, (
+                    f"{name} is split from its metric's other samples"
+                )
         for scope, window in (("global", "all"), ("US", "24h"), ("SE", "24h"), ("BR", "1h")):
             chart = _get(port, f"/v1/charts/{scope}?window={window}&k=1000")
             expected = boards(batch.listens, _time(chart["as_of"])).get((window, scope), [])

@@ -226,8 +226,8 @@ def _serve(
     from api.scheduler import start_scheduler
 
     consumer = _kafka_ingest(config) if ingest else None
-    board_consumers = [_kafka_ingest(config, board) for board in BOARDS] if ingest else []
-    app = create_app(config, ingest=consumer)
+    board_consumers = {board: _kafka_ingest(config, board) for board in BOARDS} if ingest else {}
+    app = create_app(config, ingest=consumer, board_ingest=board_consumers)
     state = app.extensions["toplist"]
     scheduler = None
     if publish_every:
@@ -250,7 +250,7 @@ def _serve(
         # pool of request threads (reads are dictionary lookups in the snapshot cache).
         create_server(app, host=host, port=port, threads=API_THREADS, ident="toplist").run()
     finally:
-        for running in (consumer, *board_consumers):
+        for running in (consumer, *board_consumers.values()):
             if running:
                 running.stop()
         if scheduler:
