@@ -24,8 +24,11 @@ $(CHROMIUM):
 	$(SUDO) apt-get install -y chromium \
 	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
 
+# The compose-file tests validate docker/compose*.yml with `docker compose config`; where the
+# docker client lacks its compose plugin, docker/ensure-compose.sh builds it once with Go.
 test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check .
+	bash docker/ensure-compose.sh
 	$(VENV)/bin/pytest
 
 # Benchmarks (bench/README.md): wrk and nginx from Debian, py-spy into .venv.

@@ -64,7 +64,7 @@ def start_scheduler(
     metrics: Metrics | None = None,
     *,
     run_now: bool = True,
-    boards: dict[str, BoardStore] | None = None,
+    boards: dict[str, BoardStore | None] | None = None,
 ) -> BackgroundScheduler:
     scheduler = BackgroundScheduler(timezone=UTC)
     # APScheduler reads next_run_time=None as "paused", so leave it out to wait one interval.

@@ -10,7 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 from ingest.generator import ListenGenerator
 
-COMMANDS = ["run", "migrate", "load", "publish", "serve", "void", "rebuild"]
+COMMANDS = [
+    "run", "migrate", "load", "catalog", "publish", "serve", "schedule", "produce", "void",
+    "rebuild",
+]  # fmt: skip
 
 
 def toplist(tmp_path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -127,3 +130,34 @@ def test_load_first_finishes_a_batch_a_crash_cut_off(tmp_path):
     assert int(counted) == len(cut.listens) + len(fresh.listens), (
         "`toplist load` did not finish the batch a crash had cut off"
     )
+
+
+def test_schedule_publishes_every_board_and_stops_cleanly_on_sigterm(tmp_path):
+    """Server mode's publisher process: every board published on its own schedule."""
+    import signal
+    import time
+
+    env = {
+        **os.environ,
+        "TOPLIST_CLICKHOUSE_URL": f"chdb://{tmp_path / 'engine'}",
+        "TOPLIST_DATABASE": "toplist",
+        "TOPLIST_PUBLISH_INTERVAL_SECONDS": "3",
+        "TOPLIST_LISTENERS_REFRESH_SECONDS": "2",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toplist.cli", "schedule"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        time.sleep(25)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output[-3000:]
+    for board in ("listeners", "sale", "popular"):
+        assert f"published {board} snapshot" in output, f"{board}: {output[-2000:]}"
+    assert output.count("published listeners snapshot") >= 2, "listeners every 2 s"
+    assert "published snapshot" in output  # the charts

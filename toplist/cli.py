@@ -267,6 +267,32 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     return _serve(config, args.host, args.port, args.publish_every, ingest=args.ingest)
 
 
+def cmd_schedule(args: argparse.Namespace, config: Config) -> int:
+    """Publish every board on its schedule, serving nothing: server mode's publisher process
+    (API processes find each new snapshot by polling the registry)."""
+    import signal
+
+    from api.scheduler import start_scheduler
+    from toplist.migrate import migrate
+
+    with session(config) as client:
+        migrate(client, config)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    scheduler = start_scheduler(config, boards=dict.fromkeys(BOARDS))
+    _say(
+        f"publishing the charts every {config.publish_interval_seconds:g} s and the other"
+        f" boards every {', '.join(f'{config.refresh_seconds(b):g} s' for b in BOARDS)}"
+        f" ({', '.join(BOARDS)}); Ctrl-C or SIGTERM stops"
+    )
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        scheduler.shutdown(wait=True)
+    return 0
+
+
 def cmd_produce(args: argparse.Namespace, config: Config) -> int:
     from ingest.load import read_lines
     from ingest.produce import ProduceResult, produce_lines
@@ -514,6 +540,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="also consume the Kafka topic (TOPLIST_KAFKA_BROKERS) into the embedded engine",
     )
     serve.set_defaults(handler=cmd_serve)
+
+    schedule = commands.add_parser(
+        "schedule",
+        help="publish every board on its schedule (server mode's publisher)",
+        description="Publish the charts every TOPLIST_PUBLISH_INTERVAL_SECONDS and each other"
+        " board on its own refresh, and serve nothing. In server mode this is the one"
+        " publisher process; API processes (`toplist serve`) pick up each new snapshot by"
+        " polling the registry (TOPLIST_CACHE_POLL_SECONDS). Embedded, use `toplist serve"
+        " --publish-every` instead: one process owns the data directory.",
+    )
+    schedule.set_defaults(handler=cmd_schedule)
 
     produce = commands.add_parser(
         "produce",
