@@ -12,7 +12,7 @@ the consumer must keep serving the client's callbacks to notice and report that)
 commit puts its offsets back to be committed again, and a clean stop waits a bounded time for
 the last one.
 Each batch is written all or nothing (`ingest.load.write_batch`): a batch a crash cut off is
-repaired before the consumer takes anything (`repair_unfinished`), and the offsets each applied
+repaired before the consumer takes anything (`repair_configured`), and the offsets each applied
 batch covers are recorded beside it, so messages redelivered after a crash between the write
 and the commit are skipped rather than applied again. (Were they applied again, the exact
 dedup on event_id would keep the counts right, but a malformed message would be
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
-from ingest.load import LISTENS, Stream, applied_offsets, repair_unfinished, write_batch
+from ingest.load import LISTENS, Stream, applied_offsets, repair_configured, write_batch
 from toplist.config import Config
 
 log = logging.getLogger(__name__)
@@ -276,9 +276,7 @@ class KafkaIngest:
     def _repair(self, client: Client) -> bool:
         """Finish any batch a crash or failed insert cut off; learn the applied offsets."""
         try:
-            repaired = repair_unfinished(
-                client, self.config.database, self.config.repair_after_seconds, self.stream
-            )
+            repaired = repair_configured(client, self.config, self.stream)
             self._applied = applied_offsets(client, self.config.database, self.topic, self.stream)
         except Exception as error:  # the stored batch could not be applied yet: a failed retry
             self.status.failed_batches += 1

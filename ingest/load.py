@@ -29,6 +29,8 @@ from typing import BinaryIO
 
 from clickhouse_connect.driver.client import Client
 
+from toplist.cluster import render_statement
+from toplist.config import Config
 from toplist.corrections import recount_buckets
 
 log = logging.getLogger(__name__)
@@ -227,12 +229,18 @@ def unfinished_batches(
 
 
 def repair_unfinished(
-    client: Client, database: str, older_than_seconds: float = 0, stream: Stream = LISTENS
+    client: Client,
+    database: str,
+    older_than_seconds: float = 0,
+    stream: Stream = LISTENS,
+    cluster: str = "",
 ) -> list[uuid.UUID]:
     """Undo and re-apply every batch a crash cut off; returns their ids.
 
     Only one writer may run it at a time (in embedded mode there is one process). With
     concurrent writers on a server, `older_than_seconds` keeps it off batches still in flight.
+    On a cluster (`cluster`, TOPLIST_CLICKHOUSE_CLUSTER) each delete runs on every node's local
+    table, as the migrations are rendered (toplist/cluster.py).
     """
     repaired = []
     for batch_id in unfinished_batches(client, database, older_than_seconds, stream):
@@ -256,7 +264,7 @@ def repair_unfinished(
             f"DELETE FROM {database}.ingest_batches WHERE _batch_id = {{batch_id:UUID}}",
         ]
         for statement in undo:
-            client.command(statement, parameters=params)
+            client.command(render_statement(cluster, database, statement), parameters=params)
         _apply(client, database, batch_id, stream)
         if stream.exactly_once:
             recount_buckets(client, database, ids, params)
@@ -266,6 +274,18 @@ def repair_unfinished(
         )
         repaired.append(batch_id)
     return repaired
+
+
+def repair_configured(client: Client, config: Config, stream: Stream = LISTENS) -> list[uuid.UUID]:
+    """`repair_unfinished` as the configuration says: its database, how old a batch must be
+    before it counts as cut off (none embedded, five minutes on a server) and its cluster."""
+    return repair_unfinished(
+        client,
+        config.database,
+        config.repair_after_seconds,
+        stream,
+        cluster=config.clickhouse_cluster,
+    )
 
 
 def load_lines(

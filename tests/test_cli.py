@@ -96,6 +96,36 @@ def test_bad_input_gets_a_clear_message(tmp_path):
     assert bad_config.returncode == 2 and "TOPLIST_KEEP_TOP must be an integer" in bad_config.stderr
 
 
+def test_migrate_render_prints_the_cluster_ddl_and_connects_to_nothing(tmp_path):
+    from toplist.config import Config
+    from toplist.migrate import render_text
+
+    rendered = toplist(tmp_path, "migrate", "--render", "--cluster", "toplist")
+    assert rendered.returncode == 0, rendered.stderr
+    expected = Config(
+        clickhouse_url="http://localhost:8123", database="toplist", clickhouse_cluster="toplist"
+    )
+    assert rendered.stdout == render_text(expected)
+    assert "CREATE TABLE IF NOT EXISTS toplist.listens_local ON CLUSTER 'toplist'" in (
+        rendered.stdout
+    )
+    assert not (tmp_path / "engine").exists(), "--render opened the engine"
+    single = toplist(tmp_path, "migrate", "--render")
+    assert single.returncode == 0 and "ON CLUSTER" not in single.stdout
+    assert "\nCREATE TABLE IF NOT EXISTS toplist.listens\n" in single.stdout
+    alone = toplist(tmp_path, "migrate", "--cluster", "toplist")
+    assert alone.returncode == 2 and "--cluster goes with --render" in alone.stderr
+    on_cluster = {"TOPLIST_CLICKHOUSE_URL": "http://127.0.0.1:9", "TOPLIST_CLICKHOUSE_CLUSTER": "x"}
+    rebuild = subprocess.run(
+        [sys.executable, "-m", "toplist.cli", "rebuild"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **on_cluster},
+        check=False,
+    )
+    assert rebuild.returncode == 2 and "not built for a cluster" in rebuild.stderr
+
+
 def in_engine(tmp_path, code: str, stdin: str = "") -> str:
     """Run Python against the command's data directory, in a process of its own."""
     script = (

@@ -41,8 +41,19 @@ def _say(message: str) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
-    from toplist.migrate import dump_schema, migrate
+    from toplist.migrate import dump_schema, migrate, render_text
 
+    if args.cluster is not None and not args.render:
+        raise ConfigError(
+            "--cluster goes with --render (a live cluster: TOPLIST_CLICKHOUSE_CLUSTER)"
+        )
+    if args.render:
+        if args.cluster is not None:
+            # Only the layout matters for rendering; the engine is never reached.
+            url = config.clickhouse_url if not config.embedded else "http://localhost:8123"
+            config = replace(config, clickhouse_url=url, clickhouse_cluster=args.cluster)
+        sys.stdout.write(render_text(config))
+        return 0
     with session(config) as client:
         ran = migrate(client, config)
         if ran:
@@ -57,7 +68,7 @@ def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_load(args: argparse.Namespace, config: Config) -> int:
-    from ingest.load import STREAMS, load_lines, read_lines, repair_unfinished
+    from ingest.load import STREAMS, load_lines, read_lines, repair_configured
     from toplist.migrate import migrate
 
     stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
@@ -70,7 +81,7 @@ def cmd_load(args: argparse.Namespace, config: Config) -> int:
 
     with stream, session(config) as client:
         migrate(client, config)
-        repair_unfinished(client, config.database, config.repair_after_seconds, way_in)
+        repair_configured(client, config, way_in)
         result = load_lines(
             client,
             config.database,
@@ -146,6 +157,11 @@ def cmd_rebuild(args: argparse.Namespace, config: Config) -> int:
     from toplist.migrate import migrate
 
     started = time.monotonic()
+    if config.clickhouse_cluster:
+        raise ConfigError(
+            "toplist rebuild is not built for a cluster yet: its fresh tables and EXCHANGE would"
+            " need their own Keeper paths on every node (docs/cluster.md)"
+        )
     if args.board != "charts":
         if args.start or args.end:
             raise ConfigError("--from/--to are for the charts; another board is rebuilt whole")
@@ -323,7 +339,7 @@ def cmd_produce(args: argparse.Namespace, config: Config) -> int:
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
     from ingest.board_events import demo_board_streams
     from ingest.generator import ListenGenerator, demo_stream
-    from ingest.load import STREAMS, load_lines, repair_unfinished
+    from ingest.load import STREAMS, load_lines, repair_configured
     from ingest.produce import event_key
     from toplist.migrate import migrate
 
@@ -335,7 +351,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     client = connect(config)
     migrate(client, config)
     _say(f"engine: {config.clickhouse_url} (database {config.database})")
-    repair_unfinished(client, config.database, config.repair_after_seconds)
+    repair_configured(client, config)
     now = datetime.now(UTC)
     history = ListenGenerator(seed=int(now.timestamp())).batch(
         args.history, now - timedelta(days=8), now, malformed=10
@@ -371,9 +387,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
             try:
                 if cut_off:
                     for way_in in STREAMS.values():
-                        repair_unfinished(
-                            client, config.database, config.repair_after_seconds, way_in
-                        )
+                        repair_configured(client, config, way_in)
                     cut_off = False
                 send(lines)
                 for board, board_lines in next(boards).items():
@@ -481,6 +495,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--dump-schema",
         metavar="FILE",
         help="also write the resulting schema to FILE (e.g. sql/schema.sql)",
+    )
+    migrate.add_argument(
+        "--render",
+        action="store_true",
+        help="print every statement a migration of an empty database would run, for this"
+        " configuration's layout, and connect to nothing",
+    )
+    migrate.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="with --render: render for the ClickHouse cluster NAME (ON CLUSTER, Replicated and"
+        " Distributed tables) instead of TOPLIST_CLICKHOUSE_CLUSTER",
     )
     migrate.set_defaults(handler=cmd_migrate)
 

@@ -67,6 +67,9 @@ class Config:
 
     clickhouse_url: str = field(default_factory=lambda: f"chdb://{DEFAULT_DATA_DIR}")
     database: str = "toplist"
+    # Server mode on a ClickHouse cluster: its name in the servers' remote_servers. Empty: one
+    # node. The migrations are rendered for it (toplist/cluster.py).
+    clickhouse_cluster: str = ""
     # Production publishes every 10 minutes; `toplist run` shortens it for the demo.
     publish_interval_seconds: float = 600.0
     # A snapshot older than this is reported as stale (default: three missed publications).
@@ -123,6 +126,16 @@ class Config:
     def __post_init__(self) -> None:
         if not _IDENTIFIER.match(self.database):
             raise ConfigError(f"TOPLIST_DATABASE must be a plain identifier, got {self.database!r}")
+        if self.clickhouse_cluster and not _IDENTIFIER.match(self.clickhouse_cluster):
+            raise ConfigError(
+                "TOPLIST_CLICKHOUSE_CLUSTER must be a plain identifier,"
+                f" got {self.clickhouse_cluster!r}"
+            )
+        if self.clickhouse_cluster and self.embedded:
+            raise ConfigError(
+                "TOPLIST_CLICKHOUSE_CLUSTER needs a ClickHouse server URL"
+                " (TOPLIST_CLICKHOUSE_URL=http://...); the embedded engine is one node"
+            )
         if self.policy not in POLICIES:
             raise ConfigError(f"TOPLIST_POLICY must be one of {POLICIES}, got {self.policy!r}")
         unknown = [policy for policy in self.policies if policy not in POLICIES]
@@ -212,6 +225,7 @@ class Config:
             base,
             clickhouse_url=env.get("TOPLIST_CLICKHOUSE_URL") or base.clickhouse_url,
             database=env.get("TOPLIST_DATABASE") or base.database,
+            clickhouse_cluster=env.get("TOPLIST_CLICKHOUSE_CLUSTER", "").strip(),
             publish_interval_seconds=_float(
                 env, "TOPLIST_PUBLISH_INTERVAL_SECONDS", base.publish_interval_seconds
             ),

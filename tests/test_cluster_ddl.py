@@ -1,0 +1,189 @@
+"""The migrations as rendered for one node and for a cluster (toplist/cluster.py).
+
+Snapshot tests: `tests/snapshots/ddl_single.sql` and `ddl_cluster.sql` hold every statement
+`toplist migrate` runs on an empty database in server mode with Kafka, for one server and for
+the cluster `toplist` of docker/compose.cluster.yml; a change to the migrations or the rules
+shows up in review as a diff of them (TOPLIST_UPDATE_SNAPSHOTS=1 rewrites them). The rules
+themselves are checked on the cluster text: ClickHouse's parser accepts every statement, every
+MergeTree is Replicated with a Keeper path of its own, every sharded table has its Distributed
+table, and the materialized views read and write local tables only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from ingest.load import STREAMS
+from toplist.cluster import (
+    EVERY_NODE,
+    KEEPER_MAP,
+    NODE_LOCAL,
+    SHARDED,
+    ClusterRenderer,
+    ClusterRenderError,
+    render_statement,
+)
+from toplist.config import Config, ConfigError
+from toplist.migrate import MigrationError, discover, render_plan, render_text
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+CLUSTER = "toplist"
+
+
+def server(cluster: str = "") -> Config:
+    """Server mode with Kafka, so the Kafka engine migrations render too."""
+    return Config(
+        clickhouse_url="http://clickhouse:8123",
+        database="toplist",
+        kafka_brokers="kafka:9092",
+        clickhouse_cluster=cluster,
+    )
+
+
+def cluster_statements() -> list[str]:
+    return [s for _, statements in render_plan(server(CLUSTER)) for s in statements]
+
+
+@pytest.mark.parametrize(
+    ("name", "cluster"), [("ddl_single.sql", ""), ("ddl_cluster.sql", CLUSTER)]
+)
+def test_the_rendered_ddl_matches_its_snapshot(name, cluster):
+    rendered = render_text(server(cluster))
+    snapshot = SNAPSHOTS / name
+    if os.environ.get("TOPLIST_UPDATE_SNAPSHOTS") == "1":
+        snapshot.write_text(rendered)
+    assert snapshot.exists(), f"no {snapshot}: run TOPLIST_UPDATE_SNAPSHOTS=1 pytest {__file__}"
+    assert rendered == snapshot.read_text(), (
+        f"the rendered DDL differs from tests/snapshots/{name}: review the difference, then"
+        " TOPLIST_UPDATE_SNAPSHOTS=1 pytest tests/test_cluster_ddl.py"
+    )
+
+
+def test_one_node_renders_the_migrations_unchanged():
+    single = render_plan(server())
+    wanted = [m for m in discover() if m.wanted(server())]
+    assert [m for m, _ in single[1:]] == wanted
+    for migration, statements in single[1:]:
+        assert statements == migration.statements(server())
+    assert not any("ON CLUSTER" in s or "Replicated" in s for _, ss in single for s in ss)
+
+
+def test_every_cluster_statement_parses_in_clickhouse(client):
+    for statement in cluster_statements():
+        formatted = client.query(
+            "SELECT formatQuery({q:String})", parameters={"q": statement}
+        ).result_rows[0][0]
+        assert formatted, statement
+
+
+def test_every_statement_that_changes_the_schema_runs_on_every_node():
+    for statement in cluster_statements():
+        if statement.startswith("INSERT"):
+            continue  # data, through the Distributed tables, once
+        assert f"ON CLUSTER '{CLUSTER}'" in statement.split("\n")[0], statement[:200]
+
+
+def _tables(statements: list[str]) -> dict[str, str]:
+    tables = {}
+    for statement in statements:
+        match = re.match(r"CREATE TABLE IF NOT EXISTS toplist\.(\w+) ", statement)
+        if match:
+            tables[match.group(1)] = statement
+    return tables
+
+
+def test_every_mergetree_is_replicated_with_a_keeper_path_of_its_own():
+    paths = {}
+    for name, statement in _tables(cluster_statements()).items():
+        engine = re.search(r"ENGINE = (\w+)(\('([^']*)')?", statement)
+        assert engine, statement[:200]
+        if "MergeTree" not in engine.group(1):
+            continue
+        assert engine.group(1).startswith("Replicated"), f"{name} is not replicated"
+        path = engine.group(3)
+        assert path not in paths, f"{name} and {paths.get(path)} share the Keeper path {path}"
+        paths[path] = name
+        if name.endswith("_local"):
+            assert path == f"/clickhouse/tables/{{shard}}/toplist/{name}", name
+        else:
+            assert name in EVERY_NODE, f"{name}: a whole table is one of EVERY_NODE"
+            assert path == f"/clickhouse/tables/all/toplist/{name}", name
+    assert len(paths) >= len(EVERY_NODE) + 20
+
+
+def test_every_sharded_table_is_local_tables_under_a_distributed_one():
+    tables = _tables(cluster_statements())
+    for name, key in SHARDED.items():
+        assert f"{name}_local" in tables, f"{name} has no local table"
+        distributed = tables[name]
+        assert f"AS toplist.{name}_local\n" in distributed
+        assert f"ENGINE = Distributed('{CLUSTER}', 'toplist', '{name}_local', {key})" in (
+            distributed
+        )
+    placed = set(SHARDED) | EVERY_NODE | NODE_LOCAL | KEEPER_MAP
+    created = {name.removesuffix("_local") for name in tables}
+    assert created == placed, "the placement lists name tables no migration creates"
+    assert "ENGINE = KeeperMap('/toplist/settings')" in tables["settings"]
+
+
+def test_each_kafka_table_is_on_every_node_and_its_view_routes_through_the_shards():
+    statements = cluster_statements()
+    kafka = [s for s in statements if "ENGINE = Kafka" in s]
+    assert len(kafka) == 4, "one Kafka engine table per board's topic"
+    views = {}
+    for statement in statements:
+        match = re.match(
+            r"CREATE MATERIALIZED VIEW IF NOT EXISTS toplist\.(\w+) .*\nTO toplist\.(\w+)",
+            statement,
+        )
+        if match:
+            sources = re.findall(r"\b(?:FROM|JOIN) toplist\.(\w+)", statement)
+            views[match.group(1)] = (match.group(2), sources)
+    for name, (target, sources) in views.items():
+        if any(source.endswith("_kafka") for source in sources):
+            assert target.endswith("_incoming") and target in SHARDED, (name, target)
+            continue
+        assert target not in SHARDED, f"{name} writes the Distributed table {target}"
+        distributed = [source for source in sources if source in SHARDED]
+        assert not distributed, f"{name} reads the Distributed tables {distributed}"
+    assert len(views) >= 25
+
+
+def test_a_table_without_a_place_on_the_cluster_is_refused(tmp_path):
+    renderer = ClusterRenderer(CLUSTER, "toplist")
+    with pytest.raises(ClusterRenderError, match="new_board has no place on a cluster"):
+        renderer.render("CREATE TABLE toplist.new_board (x UInt8) ENGINE = MergeTree ORDER BY x")
+    for migration in discover():
+        (tmp_path / migration.path.name).write_text(migration.text)
+    (tmp_path / "0999_new_board.sql").write_text(
+        "CREATE TABLE ${database}.new_board (x UInt8) ENGINE = MergeTree ORDER BY x;\n"
+    )
+    render_plan(server(), tmp_path)  # one node: nothing to place
+    with pytest.raises(MigrationError, match="0999_new_board.sql cannot be rendered"):
+        render_plan(server(CLUSTER), tmp_path)
+
+
+def test_the_crash_repair_deletes_from_every_nodes_local_tables():
+    ids = "SELECT event_id FROM toplist.listens_incoming_log WHERE _batch_id = {b:UUID}"
+    delete = f"DELETE FROM toplist.listens WHERE event_id IN ({ids})"
+    assert render_statement(CLUSTER, "toplist", delete) == (
+        f"DELETE FROM toplist.listens_local ON CLUSTER '{CLUSTER}' WHERE event_id IN"
+        " (SELECT event_id FROM toplist.listens_incoming_log_local WHERE _batch_id = {b:UUID})"
+    )
+    assert render_statement("", "toplist", delete) == delete
+    for stream in STREAMS.values():  # every table the repair deletes from has a place
+        for table in (stream.raw, stream.dead_letters, "ingest_batches", "listen_ids"):
+            render_statement(CLUSTER, "toplist", f"DELETE FROM toplist.{table} WHERE 1")
+    snapshot = "DELETE FROM toplist.chart_entries WHERE snapshot_id = 'x'"
+    assert render_statement(CLUSTER, "toplist", snapshot) == snapshot, "replicated: one delete"
+
+
+def test_a_cluster_needs_a_server_and_a_plain_name():
+    with pytest.raises(ConfigError, match="needs a ClickHouse server URL"):
+        Config(clickhouse_url="chdb:///tmp/x", clickhouse_cluster="toplist")
+    with pytest.raises(ConfigError, match="plain identifier"):
+        server("toplist' OR 1")

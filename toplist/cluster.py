@@ -1,0 +1,286 @@
+"""The migrations rendered for a ClickHouse cluster (TOPLIST_CLICKHOUSE_CLUSTER).
+
+The files in `sql/` are written for one node and stay the only source: when a cluster is
+configured, each statement is rewritten here, by the rules below, and the same files build
+both layouts (`toplist migrate --render [--cluster NAME]` prints either). Every table of the
+schema has one of three places on a cluster, named in the tables below; a migration that
+creates a table with none is refused, so a new table is placed on purpose.
+
+* Sharded (`SHARDED`): the ingest chain of each board, raw events, dead letters and the
+  aggregates. The table is created as `<name>_local` on every node, with a Replicated engine
+  whose Keeper path holds `{shard}` (the two replicas of a shard share it), and `<name>`
+  becomes a Distributed table over the local ones. Everything that reads or writes by the
+  plain name (dbt, the publisher, the API, `toplist load`, dashboards) sees the whole cluster;
+  the materialized views read and write the local tables, so each event's chain runs on the
+  node that received it. The way in (`<board>_incoming`, `_incoming_log`) is sharded by the
+  event's key, the event_id (a user_id for playback reports): every copy of an event lands on
+  one shard, so the exact dedup of listens (`listen_ids`, per node) sees all of its copies,
+  and `FINAL` per shard is exact across the cluster.
+* On every node whole (`EVERY_NODE`): snapshots, the catalog, `schema_migrations`. A
+  Replicated engine with a Keeper path without `{shard}`: all nodes are replicas of one
+  table, so the publisher writes a snapshot once and every API process reads it locally.
+* Node-local (`NODE_LOCAL`): the Null tables between parse and raw, the Kafka engine tables
+  (one per node, in one consumer group, so the topic's partitions spread over the nodes) and
+  `listen_ids` (EmbeddedRocksDB: the ids seen by the replica that runs the chain).
+
+`settings` becomes a KeeperMap table, so every node reads the same values. Materialized
+views, functions and ALTERs are created `ON CLUSTER`; a view fed by a Kafka table writes to
+the Distributed incoming table, which routes each message to its shard.
+"""
+
+from __future__ import annotations
+
+import re
+
+# table -> the sharding key of its Distributed table. The way in is keyed like the events'
+# Kafka messages; tables that only the materialized views write are keyed at random (their
+# Distributed table is for reading, and for the rare direct insert of a correction).
+_BY_EVENT_ID = "cityHash64(JSONExtractString(raw_message, 'event_id'))"
+_BY_USER_ID = "cityHash64(JSONExtractString(raw_message, 'user_id'))"
+SHARDED = {
+    "listens_incoming": _BY_EVENT_ID,
+    "listens_incoming_log": _BY_EVENT_ID,
+    "listens_incoming_done": "rand()",
+    "listens_dead_letters": "rand()",
+    "listens": "cityHash64(event_id)",
+    "listen_voids": "cityHash64(event_id)",
+    "listens_by_10m": "rand()",
+    "listens_total": "rand()",
+    "ingest_batches": "rand()",
+    "playbacks_incoming": _BY_USER_ID,
+    "playbacks_incoming_log": _BY_USER_ID,
+    "playbacks_incoming_done": "rand()",
+    "playbacks_dead_letters": "rand()",
+    "playback_reports": "cityHash64(user_id)",
+    "playbacks": "rand()",
+    "orders_incoming": _BY_EVENT_ID,
+    "orders_incoming_log": _BY_EVENT_ID,
+    "orders_incoming_done": "rand()",
+    "orders_dead_letters": "rand()",
+    "orders": "cityHash64(event_id)",
+    "sale_buyers_by_product": "rand()",
+    "item_events_incoming": _BY_EVENT_ID,
+    "item_events_incoming_log": _BY_EVENT_ID,
+    "item_events_incoming_done": "rand()",
+    "item_events_dead_letters": "rand()",
+    "item_events": "cityHash64(event_id)",
+    "item_activity_by_minute": "rand()",
+}
+EVERY_NODE = {
+    "schema_migrations",
+    "chart_entries",
+    "chart_snapshots",
+    "board_entries",
+    "board_snapshots",
+    "catalog_items",
+}
+NODE_LOCAL = {
+    "listens_parsed",
+    "listen_ids",
+    "listens_kafka",
+    "playbacks_parsed",
+    "playbacks_kafka",
+    "orders_parsed",
+    "orders_kafka",
+    "item_events_parsed",
+    "item_events_kafka",
+}
+KEEPER_MAP = {"settings"}
+
+_CREATE_TABLE = re.compile(
+    r"^CREATE TABLE (IF NOT EXISTS )?(?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>.*)$", re.S
+)
+_COPY = re.compile(r"^AS (?P<db>\w+)\.(?P<source>\w+)$")
+_ENGINE = re.compile(r"\bENGINE\s*=\s*(?P<engine>\w+)(?P<args>\([^()]*\))?", re.S)
+_CREATE_VIEW = re.compile(
+    r"^CREATE MATERIALIZED VIEW (IF NOT EXISTS )?(?P<db>\w+)\.(?P<name>\w+)\s+"
+    r"TO (?P=db)\.(?P<target>\w+)(?P<rest>.*)$",
+    re.S,
+)
+_CREATE_FUNCTION = re.compile(
+    r"^CREATE FUNCTION (IF NOT EXISTS )?(?P<name>\w+)\s+(?P<rest>AS .*)$", re.S
+)
+_CREATE_DATABASE = re.compile(r"^CREATE DATABASE (IF NOT EXISTS )?(?P<name>\w+)$")
+_ALTER = re.compile(r"^ALTER TABLE (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>.*)$", re.S)
+_DELETE = re.compile(r"^DELETE FROM (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>WHERE .*)$", re.S)
+_COLUMN_CHANGE = re.compile(r"^(ADD|DROP|MODIFY|RENAME|COMMENT) COLUMN\b")
+
+
+class ClusterRenderError(ValueError):
+    """A statement that the cluster rules do not cover."""
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class ClusterRenderer:
+    """Rewrites single-node statements for `cluster`, one at a time and in migration order
+    (a table copied with `CREATE TABLE t AS s` takes the storage recorded for `s`)."""
+
+    def __init__(self, cluster: str, database: str) -> None:
+        self.cluster = cluster
+        self.database = database
+        self.on_cluster = f"ON CLUSTER {_quote(cluster)}"
+        self.storage: dict[str, str] = {}  # single-node storage clause of each table seen
+        self.views: set[str] = set()
+
+    # -- names ---------------------------------------------------------------------------
+    def local(self, name: str) -> str:
+        return f"{name}_local" if name in SHARDED else name
+
+    def _localize(self, sql: str, keep: str | None = None) -> str:
+        """Every sharded table the statement names, as its local table (but `keep`)."""
+
+        def swap(match: re.Match[str]) -> str:
+            name = match.group(1)
+            return match.group(0) if name == keep else f"{self.database}.{self.local(name)}"
+
+        return re.sub(rf"\b{re.escape(self.database)}\.(\w+)\b", swap, sql)
+
+    def _place(self, name: str) -> str:
+        for place, names in (
+            ("sharded", SHARDED),
+            ("every node", EVERY_NODE),
+            ("node-local", NODE_LOCAL),
+            ("keeper map", KEEPER_MAP),
+        ):
+            if name in names:
+                return place
+        raise ClusterRenderError(
+            f"table {name} has no place on a cluster: add it to one of SHARDED, EVERY_NODE,"
+            " NODE_LOCAL or KEEPER_MAP in toplist/cluster.py"
+        )
+
+    # -- engines -------------------------------------------------------------------------
+    def _engine(self, name: str, storage: str) -> str:
+        """The storage clause of table `name` on the cluster."""
+        match = _ENGINE.search(storage)
+        if match is None:
+            raise ClusterRenderError(f"table {name}: no ENGINE clause")
+        engine, args = match.group("engine"), (match.group("args") or "()")[1:-1].strip()
+        place = self._place(name)
+        if engine.endswith("MergeTree") and not engine.startswith("Replicated"):
+            if place == "sharded":
+                path = f"/clickhouse/tables/{{shard}}/{self.database}/{self.local(name)}"
+            elif place == "every node":
+                path = f"/clickhouse/tables/all/{self.database}/{name}"
+            else:
+                raise ClusterRenderError(
+                    f"table {name} ({engine}) must be sharded or on every node"
+                )
+            replicated = f"Replicated{engine}({_quote(path)}, '{{replica}}'"
+            replicated += f", {args})" if args else ")"
+            return storage[: match.start()] + f"ENGINE = {replicated}" + storage[match.end() :]
+        if place == "keeper map":
+            if engine != "EmbeddedRocksDB":
+                raise ClusterRenderError(f"table {name}: only EmbeddedRocksDB becomes KeeperMap")
+            keeper = f"KeeperMap({_quote(f'/{self.database}/{name}')})"
+            return storage[: match.start()] + f"ENGINE = {keeper}" + storage[match.end() :]
+        if engine in ("Null", "Kafka", "EmbeddedRocksDB") and place in ("sharded", "node-local"):
+            return storage
+        raise ClusterRenderError(f"table {name}: engine {engine} has no cluster form here")
+
+    def _distributed(self, name: str) -> str:
+        db, local = self.database, self.local(name)
+        return (
+            f"CREATE TABLE IF NOT EXISTS {db}.{name} {self.on_cluster} AS {db}.{local}\n"
+            f"ENGINE = Distributed({_quote(self.cluster)}, {_quote(db)}, {_quote(local)},"
+            f" {SHARDED[name]})"
+        )
+
+    # -- statements ----------------------------------------------------------------------
+    def render(self, statement: str) -> list[str]:
+        """One single-node statement as the statements to run on the cluster."""
+        sql = statement.strip()
+        for kind, pattern in (
+            (self._database, _CREATE_DATABASE),
+            (self._table, _CREATE_TABLE),
+            (self._view, _CREATE_VIEW),
+            (self._function, _CREATE_FUNCTION),
+            (self._alter, _ALTER),
+            (self._delete, _DELETE),
+        ):
+            match = pattern.match(sql)
+            if match:
+                return kind(match)
+        if sql.startswith("INSERT INTO "):
+            return [sql]  # through the Distributed tables, from one node
+        raise ClusterRenderError(f"no cluster rule for: {sql.splitlines()[0][:120]}")
+
+    def _database(self, match: re.Match[str]) -> list[str]:
+        return [f"CREATE DATABASE IF NOT EXISTS {match.group('name')} {self.on_cluster}"]
+
+    def _table(self, match: re.Match[str]) -> list[str]:
+        db, name, rest = match.group("db"), match.group("name"), match.group("rest")
+        copy = _COPY.match(rest.strip())
+        if copy:
+            source = copy.group("source")
+            if source not in self.storage:
+                raise ClusterRenderError(f"{name} copies {source}, which no migration created")
+            if self._place(name) != self._place(source):
+                raise ClusterRenderError(f"{name} copies {source} but is placed differently")
+            self.storage[name] = self.storage[source]
+            rest = f"AS {db}.{self.local(source)}\n{self._engine(name, self.storage[source])}"
+        else:
+            engine = _ENGINE.search(rest)
+            if engine is None:
+                raise ClusterRenderError(f"table {name}: no ENGINE clause")
+            self.storage[name] = rest[engine.start() :]
+            rest = rest[: engine.start()] + self._engine(name, rest[engine.start() :])
+        statements = [
+            f"CREATE TABLE IF NOT EXISTS {db}.{self.local(name)} {self.on_cluster}\n{rest}"
+        ]
+        if name in SHARDED:
+            statements.append(self._distributed(name))
+        return statements
+
+    def _view(self, match: re.Match[str]) -> list[str]:
+        db, name, target, rest = (match.group(k) for k in ("db", "name", "target", "rest"))
+        self.views.add(name)
+        reads_kafka = any(
+            source.endswith("_kafka") and source in NODE_LOCAL
+            for source in re.findall(rf"\bFROM {re.escape(db)}\.(\w+)", rest)
+        )
+        # A view over a Kafka table sends each message through the Distributed incoming table
+        # to its shard; every other view stays on its node.
+        to = target if reads_kafka else self.local(target)
+        return [
+            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{name} {self.on_cluster}\n"
+            f"TO {db}.{to}{self._localize(rest)}"
+        ]
+
+    def _function(self, match: re.Match[str]) -> list[str]:
+        return [
+            f"CREATE FUNCTION IF NOT EXISTS {match.group('name')} {self.on_cluster}\n"
+            f"{match.group('rest')}"
+        ]
+
+    def _alter(self, match: re.Match[str]) -> list[str]:
+        db, name, rest = match.group("db"), match.group("name"), match.group("rest")
+        if name in self.views:
+            return [f"ALTER TABLE {db}.{name} {self.on_cluster}\n{self._localize(rest)}"]
+        self._place(name)
+        statements = [
+            f"ALTER TABLE {db}.{self.local(name)} {self.on_cluster}\n{self._localize(rest)}"
+        ]
+        if name in SHARDED and _COLUMN_CHANGE.match(rest):
+            statements.append(f"ALTER TABLE {db}.{name} {self.on_cluster}\n{rest}")
+        return statements
+
+    def _delete(self, match: re.Match[str]) -> list[str]:
+        db, name, rest = match.group("db"), match.group("name"), match.group("rest")
+        if self._place(name) == "every node":
+            return [f"DELETE FROM {db}.{name} {rest}"]  # replicated: one node deletes for all
+        return [f"DELETE FROM {db}.{self.local(name)} {self.on_cluster} {self._localize(rest)}"]
+
+
+def render_statement(cluster: str, database: str, statement: str) -> str:
+    """One runtime statement (a DELETE or an ALTER of a table created by the migrations) for
+    `cluster`, or as it is when no cluster is configured."""
+    if not cluster:
+        return statement
+    statements = ClusterRenderer(cluster, database).render(statement)
+    if len(statements) != 1:
+        raise ClusterRenderError(f"expected one statement for: {statement[:120]}")
+    return statements[0]
