@@ -21,6 +21,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import clickhouse_connect
 
@@ -70,14 +71,28 @@ def _route_embedded_host_to_chdb() -> None:
 
 
 def dbt_environment(config: Config) -> dict[str, str]:
-    """The variables the profiles read, for this configuration."""
-    return {
+    """The variables the profiles read, for this configuration: on a server, its host, port,
+    user, password and TLS come from TOPLIST_CLICKHOUSE_URL, and the cluster (if any) from
+    TOPLIST_CLICKHOUSE_CLUSTER, so dbt reaches the engine Toplist itself uses."""
+    environment = {
         "TOPLIST_CLICKHOUSE_URL": config.clickhouse_url,
         "TOPLIST_DATABASE": config.database,
+        "TOPLIST_CLICKHOUSE_CLUSTER": config.clickhouse_cluster,
         "TOPLIST_DBT_TARGET": os.environ.get(
             "TOPLIST_DBT_TARGET", "embedded" if config.embedded else "server"
         ),
     }
+    if not config.embedded:
+        url = urlsplit(config.clickhouse_url)
+        secure = url.scheme == "https"
+        environment |= {
+            "TOPLIST_CLICKHOUSE_HOST": url.hostname or "localhost",
+            "TOPLIST_CLICKHOUSE_PORT": str(url.port or (8443 if secure else 8123)),
+            "TOPLIST_CLICKHOUSE_USER": unquote(url.username or "default"),
+            "TOPLIST_CLICKHOUSE_PASSWORD": unquote(url.password or ""),
+            "TOPLIST_CLICKHOUSE_SECURE": str(secure),  # True or False, as dbt's as_bool reads them
+        }
+    return environment
 
 
 def invoke(

@@ -1,4 +1,4 @@
-{{ config(materialized='table', engine='MergeTree()', order_by='board') }}
+{{ config(materialized='table', order_by='board') }}
 
 {#- One row per other board: the as_of a build of it ranks at (var `board_as_of`, default
     now), aligned as each board needs. The publisher reads it back, so the alignment rule is

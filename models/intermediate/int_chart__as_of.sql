@@ -1,4 +1,4 @@
-{{ config(materialized='table', engine='MergeTree()', order_by='tuple()') }}
+{{ config(materialized='table', order_by='tuple()') }}
 
 {#- One row: the snapshot time this build ranks at, aligned down to the bucket, the default
     policy, every policy it ranks with, and the depth it keeps. The publisher reads it back,

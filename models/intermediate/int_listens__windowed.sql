@@ -1,6 +1,6 @@
 {#- A table, built once per publication: chart_rankings reads it once per policy, and as a
     view this aggregation would run again for every read. -#}
-{{ config(materialized='table', engine='MergeTree()', order_by='(window_name, scope, song_id)') }}
+{{ config(materialized='table', order_by='(window_name, scope, song_id)') }}
 
 {%- set windows = chart_windows() -%}
 

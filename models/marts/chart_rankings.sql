@@ -1,4 +1,4 @@
-{{ config(engine='MergeTree()', order_by='(policy, window_name, scope, rank, song_id)') }}
+{{ config(order_by='(policy, window_name, scope, rank, song_id)') }}
 
 with
 

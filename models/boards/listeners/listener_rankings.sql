@@ -1,4 +1,4 @@
-{{ config(engine='MergeTree()', order_by='(scope, metric, window_name, rank)') }}
+{{ config(order_by='(scope, metric, window_name, rank)') }}
 
 {#- Current listeners per song, ranked with the v1 tie policy (macros/ranking_policy.sql):
     the board the publisher copies into a snapshot (board_entries). -#}

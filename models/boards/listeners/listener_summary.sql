@@ -1,4 +1,4 @@
-{{ config(engine='MergeTree()', order_by='tuple()') }}
+{{ config(order_by='tuple()') }}
 
 {#- One row: the board's as_of and its totals. users equals the sum of every song's
     listeners, since each user counted counts for exactly one song. -#}

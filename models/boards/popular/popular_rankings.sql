@@ -1,4 +1,4 @@
-{{ config(engine='MergeTree()', order_by='(scope, metric, window_name, rank)') }}
+{{ config(order_by='(scope, metric, window_name, rank)') }}
 
 {#- Every shelf ranked with the v1 tie policy, keeping `popular_keep_top` items: more than
     the largest k served, since the API leaves out unavailable items when it reads a shelf

@@ -1,4 +1,4 @@
-{{ config(engine='MergeTree()', order_by='tuple()') }}
+{{ config(order_by='tuple()') }}
 
 {#- One row: the shelves' as_of (on the minute), and the global views and orders per window. -#}
 

@@ -1,4 +1,4 @@
-{{ config(engine='MergeTree()', order_by='(scope, metric, window_name, rank)') }}
+{{ config(order_by='(scope, metric, window_name, rank)') }}
 
 {#- The flash sale's two boards, ranked with the v1 tie policy: products by units sold and
     buyers by spend (a sum). Each entry carries its other figures in `extra`. -#}

@@ -1,4 +1,4 @@
-{{ config(engine='MergeTree()', order_by='tuple()') }}
+{{ config(order_by='tuple()') }}
 
 {#- One row: the sale's as_of and totals. orders, units and spend are exact; buyers is the
     approximate number of distinct buyers in total (the union of every product's uniqCombined
