@@ -1,7 +1,10 @@
-"""Shared fixtures: one real embedded engine for the session, a fresh database per test.
+"""Shared fixtures: one real engine for the session, a fresh database per test.
 
-chDB hosts one data directory per process, so the whole test session shares one directory
-and isolates tests by database instead (TOPLIST_DATABASE), exactly as deployments could.
+By default the engine is embedded: chDB hosts one data directory per process, so the whole
+test session shares one directory and isolates tests by database instead (TOPLIST_DATABASE),
+exactly as deployments could. Given a ClickHouse server (`TOPLIST_CLICKHOUSE_URL=http://...`,
+and `TOPLIST_CLICKHOUSE_CLUSTER` for a cluster), the same tests run against it, each in a
+database of its own that it drops afterwards; tests marked `embedded_only` are skipped there.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from pathlib import Path
 import pytest
 
 # Before anything imports Toplist: the engine directory for the whole session.
+_GIVEN_URL = os.environ.get("TOPLIST_CLICKHOUSE_URL", "")
+SERVER_URL = _GIVEN_URL if _GIVEN_URL.startswith(("http://", "https://")) else ""
 _ENGINE_DIR = Path(tempfile.mkdtemp(prefix="toplist-tests-")) / "chdb"
 os.environ["TOPLIST_CLICKHOUSE_URL"] = os.environ.get(
-    "TOPLIST_TEST_CLICKHOUSE_URL", f"chdb://{_ENGINE_DIR}"
+    "TOPLIST_TEST_CLICKHOUSE_URL", SERVER_URL or f"chdb://{_ENGINE_DIR}"
 )
 
 from clickhouse_connect.driver.client import Client  # noqa: E402
@@ -25,6 +30,24 @@ from clickhouse_connect.driver.client import Client  # noqa: E402
 from toplist.config import Config  # noqa: E402
 from toplist.engine import connect  # noqa: E402
 from toplist.migrate import migrate  # noqa: E402
+
+
+def pytest_report_header() -> str:
+    url = os.environ["TOPLIST_CLICKHOUSE_URL"]
+    if url.startswith("chdb:"):
+        return f"toplist: the embedded engine (chDB) at {url}"
+    cluster = os.environ.get("TOPLIST_CLICKHOUSE_CLUSTER", "")
+    where = f", cluster {cluster}" if cluster else ""
+    return f"toplist: the ClickHouse server at {url.split('@')[-1]}{where} (embedded_only skipped)"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if os.environ["TOPLIST_CLICKHOUSE_URL"].startswith("chdb:"):
+        return
+    skip = pytest.mark.skip(reason="needs the embedded engine (TOPLIST_CLICKHOUSE_URL is a server)")
+    for item in items:
+        if item.get_closest_marker("embedded_only"):
+            item.add_marker(skip)
 
 
 @pytest.fixture
@@ -40,7 +63,10 @@ def client(config: Config) -> Iterator[Client]:
     try:
         yield client
     finally:
-        client.command(f"DROP DATABASE IF EXISTS {config.database} SYNC")
+        on_cluster = (
+            f" ON CLUSTER '{config.clickhouse_cluster}'" if config.clickhouse_cluster else ""
+        )
+        client.command(f"DROP DATABASE IF EXISTS {config.database}{on_cluster} SYNC")
         client.close()
 
 

@@ -142,6 +142,7 @@ def test_the_other_boards_topics_render_into_their_own_kafka_tables(client, conf
     assert dead.result_rows == [("nope", 8)]
 
 
+@pytest.mark.embedded_only
 def test_embedded_mode_leaves_the_kafka_engine_unapplied(client, config):
     tables = client.command(
         f"SELECT count() FROM system.tables WHERE database = '{config.database}'"
