@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -81,3 +82,56 @@ def test_the_server_mode_compose_file_is_valid_and_complete():
         assert env["TOPLIST_KAFKA_BROKERS"] == "kafka:9092"
     assert services["toplist"]["environment"]["TOPLIST_DBT_TARGET"] == "server"
     assert services["migrate"]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
+
+
+def test_the_cluster_compose_file_is_two_shards_of_two_replicas_with_keeper():
+    config = compose_config("compose.cluster.yml")
+    services = config["services"]
+    nodes = {name: s for name, s in services.items() if name.startswith("ch-")}
+    keepers = {name: s for name, s in services.items() if name.startswith("keeper-")}
+    assert len(keepers) == 3, "a Keeper quorum that survives one node down"
+    macros = sorted(
+        (s["environment"]["TOPLIST_SHARD"], s["environment"]["TOPLIST_REPLICA"])
+        for s in nodes.values()
+    )
+    assert macros == [("1", "ch-s1r1"), ("1", "ch-s1r2"), ("2", "ch-s2r1"), ("2", "ch-s2r2")]
+    for name, service in services.items():
+        image = service["image"]
+        assert ":" in image and not image.endswith(":latest"), f"{name}: {image} is not pinned"
+    for name in [*nodes, *keepers, "kafka", "api"]:
+        assert services[name]["healthcheck"]["test"], f"{name} has no healthcheck"
+    for name, service in nodes.items():
+        assert service["hostname"] == service["environment"]["TOPLIST_REPLICA"], name
+        mounts = {v["target"]: Path(v["source"]) for v in service["volumes"] if v["type"] == "bind"}
+        assert set(mounts) == {
+            "/etc/clickhouse-server/config.d/toplist.xml",
+            "/etc/clickhouse-server/config.d/cluster.xml",
+            "/etc/clickhouse-server/users.d/toplist.xml",
+            "/etc/clickhouse-server/users.d/cluster.xml",
+        }, name
+        assert all(source.is_file() for source in mounts.values()), name
+        assert {"keeper-1", "keeper-2", "keeper-3"} <= set(service["depends_on"]), name
+    # The cluster's servers in cluster.xml are exactly the compose file's nodes.
+    cluster = ElementTree.parse(DOCKER / "clickhouse" / "cluster" / "cluster.xml").getroot()
+    shards = cluster.findall("remote_servers/toplist/shard")
+    assert [[r.findtext("host") for r in shard.findall("replica")] for shard in shards] == [
+        ["ch-s1r1", "ch-s1r2"],
+        ["ch-s2r1", "ch-s2r2"],
+    ]
+    assert all(shard.findtext("internal_replication") == "true" for shard in shards)
+    assert [n.findtext("host") for n in cluster.findall("zookeeper/node")] == sorted(keepers)
+    for name in ("migrate", "scheduler", "api", "toplist"):
+        env = services[name]["environment"]
+        assert env["TOPLIST_CLICKHOUSE_CLUSTER"] == "toplist", name
+        host = env["TOPLIST_CLICKHOUSE_URL"].rsplit("@", 1)[1].split(":")[0]
+        assert host in nodes, f"{name} talks to {host}, not a node of the cluster"
+    assert set(services["migrate"]["depends_on"]) >= set(nodes), "ON CLUSTER waits for every node"
+    assert services["scheduler"]["command"] == ["schedule"]
+    assert services["api"]["deploy"]["replicas"] >= 2
+
+
+def test_every_clickhouse_config_file_is_well_formed_xml():
+    files = sorted((DOCKER / "clickhouse").rglob("*.xml"))
+    assert len(files) >= 5
+    for path in files:
+        assert ElementTree.parse(path).getroot().tag == "clickhouse", path
