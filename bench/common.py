@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,22 @@ def arguments(prog: str, doc: str | None) -> argparse.ArgumentParser:
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def side_by_side(measured, baseline, runs: int, warmup: int = 0):
+    """Time `measured()` and `baseline()` in turn, `warmup + runs` times each (so a noisy
+    moment hits both); return the seconds of each over the last `runs`, and the last results
+    of both."""
+    measured_s, baseline_s = [], []
+    result = expected = None
+    for _ in range(warmup + runs):
+        started = time.perf_counter()
+        result = measured()
+        measured_s.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        expected = baseline()
+        baseline_s.append(time.perf_counter() - started)
+    return measured_s[warmup:], baseline_s[warmup:], result, expected
 
 
 def say(message: str) -> None:

@@ -21,10 +21,9 @@ the baseline is known to be the same board. Beside the size sweep, at --sweep-at
 from __future__ import annotations
 
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 
-from bench.common import arguments, bench_config, median, say, scratch, table
+from bench.common import arguments, bench_config, median, say, scratch, side_by_side, table
 
 COUNTRIES = [
     "US",
@@ -127,17 +126,13 @@ def measure(client, config, as_of: datetime, runs: int) -> dict:
     from api.publisher import publish
 
     db = config.database
-    publish_s, naive_s = [], []
-    snapshot = None
-    for _ in range(runs):
-        started = time.perf_counter()
-        snapshot = publish(client, config, as_of=as_of)
-        publish_s.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        naive = client.query(
+    publish_s, naive_s, snapshot, naive = side_by_side(
+        lambda: publish(client, config, as_of=as_of),
+        lambda: client.query(
             fingerprint_sql(naive_sql(db, config.keep_top)), parameters={"as_of": as_of}
-        ).result_rows[0]
-        naive_s.append(time.perf_counter() - started)
+        ).result_rows[0],
+        runs,
+    )
     published = client.query(
         fingerprint_sql(
             f"SELECT window_name, scope, song_id, listens FROM {db}.chart_entries"
