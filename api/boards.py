@@ -20,14 +20,13 @@ from datetime import UTC, datetime
 from flask import Blueprint, jsonify, request
 
 from api.app import ApiError, toplist
-from api.charts import from_snapshot
+from api.charts import from_snapshot, parse_k
 from api.publisher import BoardSnapshot, iso
 from api.snapshots import Board, BoardStore
 from toplist.config import POPULAR_METRICS, POPULAR_WINDOWS
 
 boards = Blueprint("boards", __name__)
 
-_DIGITS = re.compile(r"^[0-9]{1,7}$")
 # As api/openapi.yaml says: an id of 1 to 128 characters, none of them a control character.
 _SHELF_SCOPE = re.compile(r"(?:global|(?:restaurant|city):[^\x00-\x1f\x7f]{1,128})")
 
@@ -37,15 +36,6 @@ DISTINCT_BUYERS_ERROR = (
     " array and hash-table phases, then HyperLogLog with 2^17 cells, a relative standard"
     " error of about 0.3%"
 )
-
-
-def _k(default: int, k_max: int) -> int:
-    raw = request.args.get("k")
-    if raw is None:
-        return default
-    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= k_max:
-        raise ApiError(400, "invalid_k", f"k must be an integer from 1 to {k_max}, got {raw!r}")
-    return int(raw)
 
 
 def _store(board: str) -> BoardStore:
@@ -85,7 +75,7 @@ def _int_stats(snapshot: BoardSnapshot, *names: str) -> dict[str, int]:
 @boards.get("/v1/listeners")
 def listeners():  # type: ignore[no-untyped-def]
     config = toplist().config
-    k = _k(config.default_k, config.board_keep_top)
+    k = parse_k(config.default_k, config.board_keep_top)
     snapshot = _snapshot("listeners")
 
     def body(stale: bool) -> dict[str, object]:
@@ -126,7 +116,7 @@ def _sale_totals(snapshot: BoardSnapshot) -> dict[str, object]:
 @boards.get("/v1/sale/<any(products, buyers):scope>")
 def sale_board(scope: str):  # type: ignore[no-untyped-def]
     config = toplist().config
-    k = _k(100, config.board_keep_top)
+    k = parse_k(100, config.board_keep_top)
     snapshot = _snapshot("sale")
     metric = _SALE[scope][0]
 
@@ -176,7 +166,7 @@ def _shelf_args() -> tuple[str, str, str, int]:
         )
     metric = _one_of("metric", POPULAR_METRICS, "views")
     window = _one_of("window", POPULAR_WINDOWS, "1h")
-    return scope, metric, window, _k(config.default_k, config.popular_k_max)
+    return scope, metric, window, parse_k(config.default_k, config.popular_k_max)
 
 
 def _one_of(name: str, allowed: tuple[str, ...], default: str) -> str:

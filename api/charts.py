@@ -21,12 +21,13 @@ from toplist.config import POLICIES, WINDOWS
 
 charts = Blueprint("charts", __name__)
 
-_SCOPE = re.compile(r"^(?:[A-Z]{2}|global)$")
-_DIGITS = re.compile(r"^[0-9]{1,7}$")
+# fullmatch: "$" alone would let a trailing newline through
+_SCOPE = re.compile(r"[A-Z]{2}|global")
+_DIGITS = re.compile(r"[0-9]{1,7}")
 
 
 def _scope(scope: str) -> str:
-    if not _SCOPE.match(scope):
+    if not _SCOPE.fullmatch(scope):
         raise ApiError(
             400,
             "invalid_scope",
@@ -45,16 +46,19 @@ def _window() -> str:
     return window
 
 
-def _k() -> int:
-    config = toplist().config
+def parse_k(default: int, k_max: int) -> int:
+    """The request's k: absent gives the default; anything but 1..k_max is a 400."""
     raw = request.args.get("k")
     if raw is None:
-        return config.default_k
-    if not _DIGITS.match(raw) or not 1 <= int(raw) <= config.k_max:
-        raise ApiError(
-            400, "invalid_k", f"k must be an integer from 1 to {config.k_max}, got {raw!r}"
-        )
+        return default
+    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= k_max:
+        raise ApiError(400, "invalid_k", f"k must be an integer from 1 to {k_max}, got {raw!r}")
     return int(raw)
+
+
+def _k() -> int:
+    config = toplist().config
+    return parse_k(config.default_k, config.k_max)
 
 
 def _policy(snapshot: Snapshot) -> str:

@@ -126,6 +126,8 @@ BAD_REQUESTS = [
     ("/v1/charts/SWE", "invalid_scope"),
     ("/v1/charts/Global", "invalid_scope"),
     ("/v1/charts/S%20E", "invalid_scope"),
+    ("/v1/charts/SE%0A", "invalid_scope"),  # a trailing newline, which a plain "$" lets by
+    ("/v1/charts/SE?k=5%0A", "invalid_k"),
     ("/v1/charts/SE/songs/x?window=month", "invalid_window"),
     ("/v1/charts/1/songs/x", "invalid_scope"),
 ]

@@ -161,6 +161,8 @@ def test_embedded_mode_leaves_the_kafka_engine_unapplied(client, config):
         {"TOPLIST_KAFKA_BROKERS": "kafka:9092' , kafka_format = 'CSV"},
         {"TOPLIST_KAFKA_TOPIC": "listens'"},
         {"TOPLIST_KAFKA_GROUP": "a group"},
+        {"TOPLIST_KAFKA_TOPIC": "listens\n"},  # a trailing newline passes a plain "$"
+        {"TOPLIST_DATABASE": "toplist\n"},
     ],
 )
 def test_kafka_settings_that_could_break_the_ddl_are_refused(overrides):

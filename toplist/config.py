@@ -19,9 +19,9 @@ POPULAR_WINDOWS = ("1m", "1h", "1d")
 POPULAR_METRICS = ("views", "orders")
 # Every ranking policy version (macros/ranking_policy.sql); a version's meaning never changes.
 POLICIES = ("v1", "v1-ties")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_KAFKA_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_BROKER = re.compile(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KAFKA_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_BROKER = re.compile(r"[A-Za-z0-9.-]+:[0-9]{1,5}")
 
 
 class ConfigError(ValueError):
@@ -124,9 +124,9 @@ class Config:
     dbt_profiles_dir: Path = PROJECT_ROOT / "dbt_project"
 
     def __post_init__(self) -> None:
-        if not _IDENTIFIER.match(self.database):
+        if not _IDENTIFIER.fullmatch(self.database):
             raise ConfigError(f"TOPLIST_DATABASE must be a plain identifier, got {self.database!r}")
-        if self.clickhouse_cluster and not _IDENTIFIER.match(self.clickhouse_cluster):
+        if self.clickhouse_cluster and not _IDENTIFIER.fullmatch(self.clickhouse_cluster):
             raise ConfigError(
                 "TOPLIST_CLICKHOUSE_CLUSTER must be a plain identifier,"
                 f" got {self.clickhouse_cluster!r}"
@@ -155,7 +155,7 @@ class Config:
         if not 1 <= self.default_k <= self.k_max:
             raise ConfigError(f"TOPLIST_DEFAULT_K must lie in 1..{self.k_max}")
         brokers = self.kafka_brokers.split(",") if self.kafka_brokers else []
-        if not all(_BROKER.match(broker) for broker in brokers):
+        if not all(_BROKER.fullmatch(broker) for broker in brokers):
             raise ConfigError(
                 "TOPLIST_KAFKA_BROKERS must be host:port[,host:port...],"
                 f" got {self.kafka_brokers!r}"
@@ -172,7 +172,7 @@ class Config:
             ("TOPLIST_KAFKA_TOPIC_SALE", self.kafka_topic_sale),
             ("TOPLIST_KAFKA_TOPIC_POPULAR", self.kafka_topic_popular),
         ):
-            if not _KAFKA_NAME.match(value):
+            if not _KAFKA_NAME.fullmatch(value):
                 raise ConfigError(f"{name} must match [A-Za-z0-9._-]{{1,249}}, got {value!r}")
 
     def topic(self, board: str) -> str:
