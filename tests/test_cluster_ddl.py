@@ -6,13 +6,18 @@ the cluster `toplist` of docker/compose.cluster.yml; a change to the migrations 
 shows up in review as a diff of them (TOPLIST_UPDATE_SNAPSHOTS=1 rewrites them). The rules
 themselves are checked on the cluster text: ClickHouse's parser accepts every statement, every
 MergeTree is Replicated with a Keeper path of its own, every sharded table has its Distributed
-table, and the materialized views read and write local tables only.
+table, and the materialized views read and write local tables only. Beyond parsing, ClickHouse's
+engine (chDB, as one node of a one-shard cluster: tests/cluster_on_chdb.py) runs the cluster
+statements and creates every table and view of them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,6 +83,66 @@ def test_every_cluster_statement_parses_in_clickhouse(client):
             "SELECT formatQuery({q:String})", parameters={"q": statement}
         ).result_rows[0][0]
         assert formatted, statement
+
+
+# What one chDB node cannot do, by error code: write to a Replicated table (its replicas stay
+# read-only: clickhouse-local never activates them), and reach the cluster's other nodes.
+READ_ONLY_REPLICA = 242
+UNREACHABLE = {210, 279}
+MISSING_COLUMN = {8, 47}
+
+
+def test_clickhouse_creates_every_table_and_view_of_the_cluster_rendering(tmp_path):
+    helper = Path(__file__).with_name("cluster_on_chdb.py")
+    done = subprocess.run(
+        [sys.executable, str(helper), str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    node = json.loads(done.stdout.strip().splitlines()[-1])
+    assert node["statements"] == [
+        s.replace(f" ON CLUSTER '{CLUSTER}'", "")
+        for _, ss in render_plan(
+            Config(
+                clickhouse_url="http://clickhouse:8123",
+                database="toplist",
+                clickhouse_cluster=CLUSTER,
+            )
+        )
+        for s in ss
+    ]
+
+    # Every failure is one a single chDB node must have: the ALTERs of replicated tables, the
+    # INSERT through a Distributed table, and views that name a column those ALTERs add.
+    unadded, failed = set(), set()
+    for failure in node["failures"]:
+        statement, code = failure["statement"], failure["code"]
+        if code == READ_ONLY_REPLICA and statement.startswith("ALTER TABLE"):
+            unadded.update(re.findall(r"ADD COLUMN IF NOT EXISTS (\w+)", statement))
+            continue
+        if code in UNREACHABLE and statement.startswith("INSERT INTO"):
+            continue
+        named = re.findall(r"[`'](\w+)[`']", failure["message"])
+        if code in MISSING_COLUMN and unadded.intersection(named):
+            failed.update(
+                re.findall(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS toplist\.(\w+)", statement)
+            )
+            continue
+        pytest.fail(f"ClickHouse refused {statement[:300]!r}: {failure['message']}")
+    assert unadded, "no read-only replica: the note above no longer holds, so tighten the test"
+
+    engines = node["engines"]
+    for name, statement in _tables(node["statements"]).items():
+        rendered = re.search(r"ENGINE = (\w+)", statement).group(1)
+        assert engines.get(name) == rendered, f"{name}: {engines.get(name)}, not {rendered}"
+    views = re.findall(
+        r"^CREATE MATERIALIZED VIEW IF NOT EXISTS toplist\.(\w+)",
+        "\n".join(node["statements"]),
+        re.M,
+    )
+    for name in set(views) - failed:
+        assert engines.get(name) == "MaterializedView", name
+    assert sum(e.startswith("Replicated") for e in engines.values()) >= 25
+    assert sum(e == "Distributed" for e in engines.values()) == len(SHARDED)
 
 
 def test_every_statement_that_changes_the_schema_runs_on_every_node():
