@@ -40,12 +40,14 @@ log = logging.getLogger(__name__)
 class Stream:
     """One board's way in: `{prefix}_incoming` (what every source writes), the batch log and
     done list `{prefix}_incoming_log` / `{prefix}_incoming_done`, the raw events `raw` and the
-    dead letters `{prefix}_dead_letters`."""
+    dead letters `{prefix}_dead_letters`. `key` is the field its messages are keyed by: the
+    Kafka partition (`toplist produce`) and, on a cluster, the shard (toplist/cluster.py)."""
 
     board: str
     prefix: str
     raw: str
     what: str  # what one message is, for messages to people
+    key: str = "event_id"
 
     @property
     def incoming(self) -> str:
@@ -75,7 +77,8 @@ STREAMS = {
     stream.board: stream
     for stream in (
         LISTENS,
-        Stream("listeners", "playbacks", "playback_reports", "playback report"),
+        # A user's reports meet on one partition and one shard: each user counts once.
+        Stream("listeners", "playbacks", "playback_reports", "playback report", key="user_id"),
         Stream("sale", "orders", "orders", "order event"),
         Stream("popular", "item_events", "item_events", "item event"),
     )

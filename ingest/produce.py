@@ -1,15 +1,17 @@
-"""`toplist produce`: send JSON-lines listen events to the Kafka topic, durably.
+"""`toplist produce`: send JSON-lines events to a board's Kafka topic, durably.
 
 Delivery: acks=all with the idempotent producer (the broker drops a retried batch it already
 wrote), unlimited retries within `delivery_timeout_ms`, and a final flush; the counts at the
 end say how many messages the broker acknowledged and how many failed.
 
-Keying: by `event_id`. Event ids are unique per listen, so the hash partitioner spreads every
-song's listens evenly across partitions: a viral song never pins one partition (or the one
-consumer that owns it), as keying by song_id would. A re-sent event carries the same key, so
-it lands on the partition of its first copy, in order behind it. Lines with no readable
-event_id (malformed ones) are sent without a key, spread by the partitioner; they still reach
-the dead-letter table, since validation happens only in SQL behind the incoming table.
+Keying: by `event_id` (the board's key field, `Stream.key` in ingest/load.py). Event ids are
+unique per listen, so the hash partitioner spreads every song's listens evenly across
+partitions: a viral song never pins one partition (or the one consumer that owns it), as
+keying by song_id would. A re-sent event carries the same key, so it lands on the partition
+of its first copy, in order behind it. Playback reports have no event_id and are keyed by
+`user_id`, so a user's STARTs and STOPs stay in order on one partition. Lines with no
+readable key (malformed ones) are sent without one, spread by the partitioner; they still
+reach the dead-letter table, since validation happens only in SQL behind the incoming table.
 
 Messages are sent as the exact bytes of each line, so a dead letter keeps what was sent.
 """
@@ -48,14 +50,15 @@ class ProduceResult:
         }
 
 
-def event_key(line: bytes) -> bytes | None:
-    """The partitioning key of a line: its event_id, or None when it has no readable one."""
+def event_key(line: bytes, field: str = "event_id") -> bytes | None:
+    """The partitioning key of a line: its `field` (event_id unless the board says otherwise),
+    or None when it has no readable one."""
     try:
         event = json.loads(line)
     except ValueError:
         return None
-    event_id = event.get("event_id") if isinstance(event, dict) else None
-    return event_id.encode() if isinstance(event_id, str) and event_id else None
+    key = event.get(field) if isinstance(event, dict) else None
+    return key.encode() if isinstance(key, str) and key else None
 
 
 def producer(brokers: str, **options: object) -> KafkaProducer:
@@ -79,8 +82,9 @@ def produce_lines(
     progress: Callable[[ProduceResult], None] | None = None,
     progress_every: int = 50_000,
     flush_timeout: float = 120.0,
+    key_field: str = "event_id",
 ) -> ProduceResult:
-    """Send each line as one message keyed by its event_id; return once all are settled."""
+    """Send each line as one message keyed by its `key_field`; return once all are settled."""
     result = ProduceResult()
     lock = threading.Lock()
 
@@ -98,7 +102,7 @@ def produce_lines(
     try:
         for line in lines:
             value = line.encode() if isinstance(line, str) else line
-            key = event_key(value)
+            key = event_key(value, key_field)
             if key is None:
                 result.unkeyed += 1
             kafka.send(topic, value=value, key=key).add_callback(acked).add_errback(failed)

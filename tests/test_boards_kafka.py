@@ -38,7 +38,8 @@ def test_playbacks_and_orders_on_their_own_topics_reach_their_boards(
     orders = OrderGenerator(seed=13).orders(2_000, NOW - timedelta(hours=1), NOW, malformed=2)
     for board, generated in (("listeners", playbacks), ("sale", orders)):
         create_topic(kafka_bootstrap, config.topic(board))
-        sent = produce_lines(kafka_bootstrap, config.topic(board), generated.lines)
+        topic, key = config.topic(board), STREAMS[board].key
+        sent = produce_lines(kafka_bootstrap, topic, generated.lines, key_field=key)
         assert sent.acked == len(generated.lines), sent.errors
 
     # Both consumers at once, one group and member per board (in one process).
@@ -72,3 +73,8 @@ def test_playbacks_and_orders_on_their_own_topics_reach_their_boards(
         )
     )
     assert kafka_orders == len(orders.events), "every order is kept, with its Kafka offset"
+    partitions = client.query(
+        f"SELECT uniqExact(_partition), max(p) FROM (SELECT _partition, uniqExact(_partition)"
+        f" OVER (PARTITION BY user_id) AS p FROM {db}.playback_reports)"
+    ).result_rows[0]
+    assert partitions == (4, 1), "keyed by user_id: each user's reports on one partition of 4"

@@ -193,6 +193,11 @@ def test_every_sharded_table_is_local_tables_under_a_distributed_one():
     created = {name.removesuffix("_local") for name in tables}
     assert created == placed, "the placement lists name tables no migration creates"
     assert "ENGINE = KeeperMap('/toplist/settings')" in tables["settings"]
+    for stream in STREAMS.values():  # a board's shard key is the key its producers send
+        for way_in in (stream.incoming, stream.log):
+            assert SHARDED[way_in] == (
+                f"cityHash64(JSONExtractString(raw_message, '{stream.key}'))"
+            ), way_in
 
 
 def test_each_kafka_table_is_on_every_node_and_its_view_routes_through_the_shards():

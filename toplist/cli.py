@@ -310,7 +310,7 @@ def cmd_schedule(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_produce(args: argparse.Namespace, config: Config) -> int:
-    from ingest.load import read_lines
+    from ingest.load import STREAMS, read_lines
     from ingest.produce import ProduceResult, produce_lines
 
     brokers = args.brokers or config.kafka_brokers
@@ -324,12 +324,14 @@ def cmd_produce(args: argparse.Namespace, config: Config) -> int:
         rate = result.sent / max(time.monotonic() - started, 1e-9)
         _say(f"  {result.sent:,} sent · {result.acked:,} acknowledged ({rate:,.0f}/s)")
 
-    _say(f"producing to {topic} at {brokers} (acks=all, idempotent, keyed by event_id)")
+    key = STREAMS[args.board].key
+    _say(f"producing to {topic} at {brokers} (acks=all, idempotent, keyed by {key})")
     with stream:
-        result = produce_lines(brokers, topic, read_lines(stream), progress=progress)
+        lines = read_lines(stream)
+        result = produce_lines(brokers, topic, lines, progress=progress, key_field=key)
     print(
         f"sent {result.sent:,} · acknowledged {result.acked:,} · failed {result.failed:,}"
-        f" · unsettled {result.unsettled:,} · without event_id (unkeyed) {result.unkeyed:,}"
+        f" · unsettled {result.unsettled:,} · without {key} (unkeyed) {result.unkeyed:,}"
     )
     for error in result.errors:
         _say(f"  error: {error}")
@@ -374,7 +376,9 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     def send(lines: list[str], board: str = "charts") -> None:
         if kafka:
             for line in lines:
-                demo_producer.send(config.topic(board), line.encode(), key=event_key(line.encode()))
+                value = line.encode()
+                key = event_key(value, STREAMS[board].key)
+                demo_producer.send(config.topic(board), value, key=key)
         else:
             load_lines(client, config.database, lines, source="demo", stream=STREAMS[board])
 
@@ -580,9 +584,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     produce = commands.add_parser(
         "produce",
-        help="send listen events from a JSON-lines file to Kafka",
+        help="send a board's events from a JSON-lines file to Kafka",
         description="Send each line of FILE as one Kafka message (acks=all, idempotent,"
-        " keyed by event_id so a viral song spreads over all partitions); print the counts."
+        " keyed by event_id so a viral song spreads over all partitions; playback reports"
+        " by user_id, so a user's reports stay in order); print the counts."
         " Exit status 1 if any message was not acknowledged.",
     )
     produce.add_argument("file", help="a JSON-lines file, or - for standard input")
