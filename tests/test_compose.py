@@ -13,6 +13,9 @@ from xml.etree import ElementTree
 
 import pytest
 
+from toplist.config import Config
+from toplist.dbt import dbt_environment
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
 # Where docker/ensure-compose.sh (run by `make test`) builds the plugin when docker lacks it.
@@ -80,7 +83,14 @@ def test_the_server_mode_compose_file_is_valid_and_complete():
         env = services[name]["environment"]
         assert env["TOPLIST_CLICKHOUSE_URL"].startswith("http://")
         assert env["TOPLIST_KAFKA_BROKERS"] == "kafka:9092"
-    assert services["toplist"]["environment"]["TOPLIST_DBT_TARGET"] == "server"
+    # An analyst's `toplist dbt build` reaches the same server, as the same user.
+    url = services["toplist"]["environment"]["TOPLIST_CLICKHOUSE_URL"]
+    dbt = dbt_environment(Config(clickhouse_url=url))
+    assert (dbt["TOPLIST_DBT_TARGET"], dbt["TOPLIST_CLICKHOUSE_HOST"]) == ("server", "clickhouse")
+    assert (dbt["TOPLIST_CLICKHOUSE_USER"], dbt["TOPLIST_CLICKHOUSE_PASSWORD"]) == (
+        "toplist",
+        "toplist",
+    )
     assert services["migrate"]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
 
 
