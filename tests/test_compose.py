@@ -57,7 +57,7 @@ def compose_config(name: str) -> dict:
     return json.loads(run.stdout)
 
 
-def test_the_server_mode_compose_file_is_valid_and_complete():
+def test_the_server_mode_compose_file_is_valid_and_complete(monkeypatch):
     config = compose_config("compose.yml")
     services = config["services"]
     assert set(services) == {"clickhouse", "kafka", "migrate", "scheduler", "api", "toplist"}
@@ -85,6 +85,7 @@ def test_the_server_mode_compose_file_is_valid_and_complete():
         assert env["TOPLIST_KAFKA_BROKERS"] == "kafka:9092"
     # An analyst's `toplist dbt build` reaches the same server, as the same user.
     url = services["toplist"]["environment"]["TOPLIST_CLICKHOUSE_URL"]
+    monkeypatch.delenv("TOPLIST_DBT_TARGET", raising=False)  # as in the container
     dbt = dbt_environment(Config(clickhouse_url=url))
     assert (dbt["TOPLIST_DBT_TARGET"], dbt["TOPLIST_CLICKHOUSE_HOST"]) == ("server", "clickhouse")
     assert (dbt["TOPLIST_CLICKHOUSE_USER"], dbt["TOPLIST_CLICKHOUSE_PASSWORD"]) == (
