@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 
@@ -32,3 +33,19 @@ def received(client, database: str, source: str = "kafka") -> int:
         )
         or 0
     )
+
+
+def uncommitted(bootstrap: str, group: str, topic: str) -> int:
+    """Messages of `topic` past the offsets `group` has committed (all of them if none)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    reader = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        committed = admin.list_group_offsets({group: None}).get(group, {})
+        partitions = reader.partitions_for_topic(topic) or set()
+        ends = reader.end_offsets([TopicPartition(topic, p) for p in partitions])
+        return sum(
+            end - (committed[tp].offset if tp in committed else 0) for tp, end in ends.items()
+        )
+    finally:
+        reader.close()
+        admin.close()
