@@ -349,6 +349,7 @@ def _publish_board(
         "board_keep_top": config.board_keep_top,
         "popular_keep_top": config.popular_keep_top,
         "listeners_expiry_seconds": config.listeners_expiry_seconds,
+        "listeners_retention_hours": config.listeners_retention_hours,
     }
     if as_of is not None:
         dbt_vars["board_as_of"] = utc(as_of).strftime("%Y-%m-%d %H:%M:%S.%f")

@@ -8,6 +8,7 @@ and items the catalog hides. Lines are JSON strings, as a topic or `toplist load
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Iterator
@@ -252,14 +253,18 @@ class ItemEventGenerator:
 
 def demo_board_streams(seed: int = 21) -> Iterator[dict[str, list[str]]]:
     """Endless one-second batches for `toplist run`, per board: playback reports of users
-    starting and stopping songs, flash-sale orders, and item views and orders."""
+    starting and stopping songs (a round of them every 30 s: each of the 50 users plays one
+    to four songs a round, about 4 playbacks a second in all), flash-sale orders, and item
+    views and orders."""
     playbacks = PlaybackGenerator(seed=seed, users=50)
     orders = OrderGenerator(seed=seed + 1)
     items = ItemEventGenerator(seed=seed + 2)
-    while True:
+    for second in itertools.count():
         now = datetime.now(UTC)
-        yield {
-            "listeners": playbacks.history(now - timedelta(seconds=30), now).lines,
+        batch = {
             "sale": orders.orders(20, now - timedelta(seconds=1), now).lines,
             "popular": items.events(30, now - timedelta(seconds=5), now).lines,
         }
+        if second % 30 == 0:
+            batch["listeners"] = playbacks.history(now - timedelta(seconds=30), now).lines
+        yield batch

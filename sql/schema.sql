@@ -1043,6 +1043,7 @@ CREATE TABLE ${database}.playbacks
 (
     `user_id` String,
     `playback_id` String,
+    `hour` DateTime('UTC'),
     `state` AggregateFunction(max, Tuple(
         UInt64,
         UInt8)),
@@ -1055,7 +1056,9 @@ CREATE TABLE ${database}.playbacks
     `last_seen` AggregateFunction(max, DateTime64(3, 'UTC'))
 )
 ENGINE = AggregatingMergeTree
-ORDER BY (user_id, playback_id)
+PRIMARY KEY (user_id, playback_id)
+ORDER BY (user_id, playback_id, hour)
+TTL hour + toIntervalHour(25)
 SETTINGS index_granularity = 8192;
 
 CREATE MATERIALIZED VIEW ${database}.playbacks_batches_mv TO ${database}.ingest_batches
@@ -1171,6 +1174,7 @@ CREATE MATERIALIZED VIEW ${database}.playbacks_mv TO ${database}.playbacks
 (
     `user_id` String,
     `playback_id` String,
+    `hour` DateTime('UTC'),
     `state` AggregateFunction(max, Tuple(
         UInt64,
         UInt8)),
@@ -1185,6 +1189,7 @@ CREATE MATERIALIZED VIEW ${database}.playbacks_mv TO ${database}.playbacks
 AS SELECT
     user_id,
     playback_id,
+    toStartOfHour(toDateTime(event_time, 'UTC')) AS hour,
     maxState(tuple(if(type = 'HEARTBEAT', toUInt64(0), version), toUInt8(type = 'STOP'))) AS state,
     argMaxState(if(type = 'START', song_id, ''), tuple(toUInt8(type = 'START'), version, event_time, song_id)) AS song_id,
     maxState(if(type = 'START', event_time, toDateTime64(0, 3, 'UTC'))) AS started_at,
@@ -1192,7 +1197,8 @@ AS SELECT
 FROM ${database}.playback_reports
 GROUP BY
     user_id,
-    playback_id;
+    playback_id,
+    hour;
 
 CREATE TABLE ${database}.playbacks_parsed
 (

@@ -17,15 +17,26 @@ def ranked(scores: dict[str, int], keep: int = 1000) -> list[tuple[str, int]]:
 
 
 def current_listeners(
-    reports: Iterable[dict], as_of: datetime | None = None, expiry_seconds: int = 0
+    reports: Iterable[dict],
+    as_of: datetime | None = None,
+    expiry_seconds: int = 0,
+    retention_hours: int = 0,
 ) -> dict[str, str]:
     """user -> the song they count for now.
 
     Replays each playback's reports in the order that matters, whatever order they came in:
     a playback is open if its latest START/STOP (by version; at one version STOP wins) is a
     START; expired if nothing was heard from it for expiry_seconds before as_of; a user with
-    several open playbacks listens to the one started last."""
+    several open playbacks listens to the one started last. With retention_hours, only the
+    reports of as_of's hour and the retention_hours before it are replayed."""
     playbacks: dict[tuple[str, str], dict] = {}
+    if retention_hours:
+        oldest = as_of.replace(minute=0, second=0, microsecond=0) - timedelta(hours=retention_hours)
+        reports = [
+            r
+            for r in reports
+            if r["event_time"].replace(minute=0, second=0, microsecond=0) >= oldest
+        ]
     for report in reports:
         key = (report["user_id"], report["playback_id"])
         state = playbacks.setdefault(

@@ -52,8 +52,16 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 @pytest.fixture
 def config() -> Config:
-    """A configuration pointing at a database of this test's own."""
-    return Config.from_env(database=f"t_{uuid.uuid4().hex[:12]}", cache_poll_seconds=0.001)
+    return own_config()
+
+
+def own_config() -> Config:
+    """A configuration pointing at a database of its own. Live listeners' state is kept for
+    good: the tests' reports are at fixed dates, which a retention on the wall clock would
+    leave out some day (tests/test_boards.py holds the retention, at the present time)."""
+    return Config.from_env(
+        database=f"t_{uuid.uuid4().hex[:12]}", cache_poll_seconds=0.001, listeners_retention_hours=0
+    )
 
 
 @pytest.fixture
@@ -75,8 +83,7 @@ def served():
     """The API over HTTP on a free port, with a published snapshot (tests/live_api.py)."""
     from live_api import live_api
 
-    config = Config.from_env(database=f"t_{uuid.uuid4().hex[:12]}", cache_poll_seconds=0.001)
-    with live_api(config) as api:
+    with live_api(own_config()) as api:
         yield api
 
 

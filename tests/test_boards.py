@@ -26,6 +26,7 @@ from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGene
 from ingest.catalog import load_catalog
 from ingest.load import STREAMS, load_lines, repair_unfinished
 from toplist.corrections import rebuild_board
+from toplist.migrate import migrate
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
 
@@ -113,6 +114,46 @@ def test_listeners_match_the_reference_after_a_shuffled_duplicated_stream(client
             shuffled = list(generated.lines)
             random.Random(9).shuffle(shuffled)
             load(client, config.database, "listeners", shuffled, chunk=333)
+
+
+def test_listeners_count_only_the_retentions_reports_and_its_ttl_drops_the_rest(client, config):
+    """The retention (sql/0019) at the present time, as the TTL works on the wall clock."""
+    config = replace(config, listeners_retention_hours=2)
+    migrate(client, config)  # as `toplist migrate` with TOPLIST_LISTENERS_RETENTION_HOURS=2
+    db = config.database
+    as_of = datetime.now(UTC).replace(microsecond=0)
+    generator = PlaybackGenerator(seed=23, users=300)
+    reports = []
+    for hours_ago in (6, 3):  # one history out of the retention, one across its edge
+        generated = generator.history(as_of - timedelta(hours=hours_ago), as_of)
+        load(client, db, "listeners", generated.lines)
+        reports += generated.events
+    truth = current_listeners(reports, as_of, retention_hours=2)
+    everything = current_listeners(reports, as_of)
+    assert truth and truth != everything, "the retention should leave out some listeners"
+
+    def published() -> list[tuple[str, int]]:
+        snapshot = publish_board(client, config, "listeners", as_of)
+        board = entries(client, db, snapshot.snapshot_id).get(("global", "listeners", "now"), [])
+        assert sum(score for _, score, _ in board) == snapshot.stats["users"] == len(truth)
+        return [(item, score) for item, score, _ in board]
+
+    assert published() == listeners_board(truth)
+    ddl = client.command(f"SHOW CREATE TABLE {db}.playbacks")
+    assert "TTL hour + toIntervalHour(3)" in ddl, ddl
+    expired = as_of.replace(minute=0, second=0) - timedelta(hours=3)  # hours the TTL drops
+    assert min(r["event_time"] for r in reports) < expired, "some reports should expire"
+    client.command(f"OPTIMIZE TABLE {db}.playbacks FINAL")  # a merge applies the TTL (any
+    # merge may: the loads' own merges can have dropped rows before this one)
+    kept, old = client.query(
+        f"SELECT count(), countIf(hour < {{expired:DateTime('UTC')}}) FROM {db}.playbacks",
+        parameters={"expired": expired},
+    ).result_rows[0]
+    assert kept and not old
+    assert published() == listeners_board(truth), "the TTL dropped only what no longer counts"
+
+    migrate(client, replace(config, listeners_retention_hours=0))
+    assert "TTL" not in client.command(f"SHOW CREATE TABLE {db}.playbacks")
 
 
 # -- flash sale --------------------------------------------------------------------------------
@@ -310,7 +351,7 @@ def test_a_board_rebuilt_from_raw_shows_what_its_events_say(client, config):
     client.command(
         f"""
         INSERT INTO {db}.playbacks
-        SELECT 'ghost', 'p', maxState(tuple(toUInt64(9), toUInt8(0))),
+        SELECT 'ghost', 'p', toStartOfHour(now()), maxState(tuple(toUInt64(9), toUInt8(0))),
             argMaxState('ghost-song', tuple(toUInt8(1), toUInt64(9), now64(3), 'ghost-song')),
             maxState(now64(3)), maxState(now64(3))
         """

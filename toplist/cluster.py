@@ -106,6 +106,21 @@ _DELETE = re.compile(r"^DELETE FROM (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>WHERE 
 _COLUMN_CHANGE = re.compile(r"^(ADD|DROP|MODIFY|RENAME|COMMENT) COLUMN\b")
 
 
+def _clauses(alter: str) -> list[str]:
+    """The comma-separated clauses of an ALTER's body (commas inside brackets are kept)."""
+    clauses, depth, start = [], 0, 0
+    for i, char in enumerate(alter):
+        if char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            clauses.append(alter[start:i].strip())
+            start = i + 1
+    clauses.append(alter[start:].strip())
+    return clauses
+
+
 class ClusterRenderError(ValueError):
     """A statement that the cluster rules do not cover."""
 
@@ -264,8 +279,10 @@ class ClusterRenderer:
         statements = [
             f"ALTER TABLE {db}.{self.local(name)} {self.on_cluster}\n{self._localize(rest)}"
         ]
-        if name in SHARDED and _COLUMN_CHANGE.match(rest):
-            statements.append(f"ALTER TABLE {db}.{name} {self.on_cluster}\n{rest}")
+        columns = [c for c in _clauses(rest) if _COLUMN_CHANGE.match(c)]
+        if name in SHARDED and columns:
+            # The Distributed table takes the column changes only (no sorting key, no TTL).
+            statements.append(f"ALTER TABLE {db}.{name} {self.on_cluster}\n" + ",\n".join(columns))
         return statements
 
     def _delete(self, match: re.Match[str]) -> list[str]:

@@ -106,6 +106,9 @@ class Config:
     popular_refresh_seconds: float = 10.0
     # A playback with no report for this long stops counting (0: playbacks never expire).
     listeners_expiry_seconds: int = 0
+    # Live listeners' state is kept for the current hour and this many before it (sql/0019): a
+    # report older than that no longer counts, and is dropped (0: kept for good).
+    listeners_retention_hours: int = 24
     # Rows kept per board in a snapshot of the other boards. A shelf keeps more than the
     # largest k it serves, so that items filtered out when read still leave it full.
     board_keep_top: int = 1000
@@ -263,6 +266,9 @@ class Config:
             ),
             listeners_expiry_seconds=_int(
                 env, "TOPLIST_LISTENERS_EXPIRY_SECONDS", base.listeners_expiry_seconds, minimum=0
+            ),
+            listeners_retention_hours=_int(
+                env, "TOPLIST_LISTENERS_RETENTION_HOURS", base.listeners_retention_hours, minimum=0
             ),
             board_keep_top=_int(env, "TOPLIST_BOARD_KEEP_TOP", base.board_keep_top),
             popular_keep_top=_int(env, "TOPLIST_POPULAR_KEEP_TOP", base.popular_keep_top),

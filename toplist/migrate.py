@@ -207,12 +207,54 @@ def migrate(client: Client, config: Config, sql_dir: Path = SQL_DIR) -> list[Mig
     return ran
 
 
+@dataclass(frozen=True)
+class _Ttl:
+    """A TTL set from the configuration: `setting` (a Config field, 0 for none) on `table`."""
+
+    setting: str
+    table: str
+    column: str
+    what: str
+    expires: str  # a log line, with the value
+    template: str  # the TTL expression, with the value (plus `extra`)
+    extra: int = 0
+
+    def expression(self, value: int) -> str:
+        return self.template.format(value=int(value) + self.extra, column=self.column)
+
+
+_TTLS = (
+    _Ttl(
+        "raw_ttl_days", "listens", "event_time", "raw events",
+        "raw events now expire %d days after their event_time",
+        "toDateTime({column}) + INTERVAL {value} DAY",
+    ),
+    # The publication reads the current hour and `value` before it: an hour is dropped once
+    # no publication at the current time reads it any more.
+    _Ttl(
+        "listeners_retention_hours", "playbacks", "hour", "live listeners' state",
+        "live listeners' state now kept for the current hour and %d before it",
+        "{column} + INTERVAL {value} HOUR", extra=1,
+    ),
+)  # fmt: skip
+
+
+def _has_column(client: Client, database: str, table: str, column: str) -> bool:
+    return bool(
+        client.command(
+            "SELECT count() FROM system.columns"
+            " WHERE database = {db:String} AND table = {t:String} AND name = {c:String}",
+            parameters={"db": database, "t": table, "c": column},
+        )
+    )
+
+
 def apply_settings(client: Client, config: Config) -> None:
     """Bring the settings the SQL reads at run time in line with the configuration (0011).
 
-    `late_horizon_seconds` is read by `listens_mv` on every insert. The raw events' TTL is
-    DDL; it is altered only when the configured value differs from the one recorded, since
-    changing a TTL rewrites the table's parts.
+    `late_horizon_seconds` is read by `listens_mv` on every insert. The TTLs (raw events,
+    live listeners' state) are DDL; each is altered only when the configured value differs
+    from the one recorded, since changing a TTL rewrites the table's parts.
     """
     database = config.database
     if not client.command(
@@ -221,20 +263,20 @@ def apply_settings(client: Client, config: Config) -> None:
     ):
         return  # migrations older than 0011 only (a test of the runner itself)
     recorded = dict(client.query(f"SELECT name, value FROM {database}.settings").result_rows)
-    wanted = {
-        "late_horizon_seconds": config.late_horizon_seconds,
-        "raw_ttl_days": config.raw_ttl_days,
-    }
-    if recorded.get("raw_ttl_days", 0) != config.raw_ttl_days:
-        if config.raw_ttl_days:
-            log.info("raw events now expire %d days after their event_time", config.raw_ttl_days)
-            alter = (
-                f"ALTER TABLE {database}.listens"
-                f" MODIFY TTL toDateTime(event_time) + INTERVAL {config.raw_ttl_days:d} DAY"
-            )
+    wanted = {"late_horizon_seconds": config.late_horizon_seconds}
+    for ttl in _TTLS:
+        value = getattr(config, ttl.setting)
+        if not _has_column(client, database, ttl.table, ttl.column):
+            continue  # migrations older than the TTL's column only (a test of the runner)
+        wanted[ttl.setting] = value
+        if recorded.get(ttl.setting, 0) == value:
+            continue
+        if value:
+            log.info(ttl.expires, value)
+            alter = f"ALTER TABLE {database}.{ttl.table} MODIFY TTL {ttl.expression(value)}"
         else:
-            log.info("raw events are kept for good again (TTL removed)")
-            alter = f"ALTER TABLE {database}.listens REMOVE TTL"
+            log.info("%s: kept for good again (TTL removed)", ttl.what)
+            alter = f"ALTER TABLE {database}.{ttl.table} REMOVE TTL"
         client.command(render_statement(config.clickhouse_cluster, database, alter))
     changed = [[name, value] for name, value in wanted.items() if recorded.get(name) != value]
     if changed:

@@ -1217,3 +1217,39 @@ AS SELECT
     reinterpretAsUUID(sipHash128(_topic, _partition, toStartOfMinute(now()))) AS _batch_id,
     now64(3) AS _received_at
 FROM toplist.item_events_kafka;
+
+-- 0019_playback_retention.sql
+
+ALTER TABLE toplist.playbacks
+    ADD COLUMN IF NOT EXISTS hour DateTime('UTC') AFTER playback_id,
+    MODIFY ORDER BY (user_id, playback_id, hour);
+
+ALTER TABLE toplist.playbacks_mv MODIFY QUERY
+SELECT
+    user_id,
+    playback_id,
+    toStartOfHour(toDateTime(event_time, 'UTC')) AS hour,
+    maxState(tuple(if(type = 'HEARTBEAT', toUInt64(0), version), toUInt8(type = 'STOP'))) AS state,
+    argMaxState(
+        if(type = 'START', song_id, ''),
+        tuple(toUInt8(type = 'START'), version, event_time, song_id)
+    ) AS song_id,
+    maxState(if(type = 'START', event_time, toDateTime64(0, 3, 'UTC'))) AS started_at,
+    maxState(event_time) AS last_seen
+FROM toplist.playback_reports
+GROUP BY user_id, playback_id, hour;
+
+INSERT INTO toplist.playbacks (user_id, playback_id, hour, state, song_id, started_at, last_seen)
+SELECT
+    user_id,
+    playback_id,
+    toStartOfHour(toDateTime(event_time, 'UTC')) AS hour,
+    maxState(tuple(if(type = 'HEARTBEAT', toUInt64(0), version), toUInt8(type = 'STOP'))),
+    argMaxState(
+        if(type = 'START', song_id, ''),
+        tuple(toUInt8(type = 'START'), version, event_time, song_id)
+    ),
+    maxState(if(type = 'START', event_time, toDateTime64(0, 3, 'UTC'))),
+    maxState(event_time)
+FROM toplist.playback_reports
+GROUP BY user_id, playback_id, hour;
