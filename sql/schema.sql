@@ -1058,7 +1058,7 @@ CREATE TABLE ${database}.playbacks
 ENGINE = AggregatingMergeTree
 PRIMARY KEY (user_id, playback_id)
 ORDER BY (user_id, playback_id, hour)
-TTL hour + toIntervalHour(25)
+TTL hour + toIntervalHour(26)
 SETTINGS index_granularity = 8192;
 
 CREATE MATERIALIZED VIEW ${database}.playbacks_batches_mv TO ${database}.ingest_batches

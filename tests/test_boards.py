@@ -116,12 +116,18 @@ def test_listeners_match_the_reference_after_a_shuffled_duplicated_stream(client
             load(client, config.database, "listeners", shuffled, chunk=333)
 
 
-def test_listeners_count_only_the_retentions_reports_and_its_ttl_drops_the_rest(client, config):
-    """The retention (sql/0019) at the present time, as the TTL works on the wall clock."""
+@pytest.mark.parametrize("published_at", ["now", "just before the hour turned"])
+def test_listeners_count_only_the_retentions_reports_and_its_ttl_drops_the_rest(
+    client, config, published_at
+):
+    """The retention (sql/0019) at the present time, as the TTL works on the wall clock; and
+    for a publication whose as_of was the hour's last second, its merges run after the turn."""
     config = replace(config, listeners_retention_hours=2)
     migrate(client, config)  # as `toplist migrate` with TOPLIST_LISTENERS_RETENTION_HOURS=2
     db = config.database
     as_of = datetime.now(UTC).replace(microsecond=0)
+    if published_at != "now":
+        as_of = as_of.replace(minute=0, second=0) - timedelta(seconds=1)
     generator = PlaybackGenerator(seed=23, users=300)
     reports = []
     for hours_ago in (6, 3):  # one history out of the retention, one across its edge
@@ -140,16 +146,21 @@ def test_listeners_count_only_the_retentions_reports_and_its_ttl_drops_the_rest(
 
     assert published() == listeners_board(truth)
     ddl = client.command(f"SHOW CREATE TABLE {db}.playbacks")
-    assert "TTL hour + toIntervalHour(3)" in ddl, ddl
-    expired = as_of.replace(minute=0, second=0) - timedelta(hours=3)  # hours the TTL drops
-    assert min(r["event_time"] for r in reports) < expired, "some reports should expire"
+    assert "TTL hour + toIntervalHour(4)" in ddl, ddl  # the retention, its hour, one of margin
+    hour = as_of.replace(minute=0, second=0)
+    dropped, margin = hour - timedelta(hours=4), hour - timedelta(hours=3)
+    assert min(r["event_time"] for r in reports) < dropped, "some reports should expire"
     client.command(f"OPTIMIZE TABLE {db}.playbacks FINAL")  # a merge applies the TTL (any
     # merge may: the loads' own merges can have dropped rows before this one)
-    kept, old = client.query(
-        f"SELECT count(), countIf(hour < {{expired:DateTime('UTC')}}) FROM {db}.playbacks",
-        parameters={"expired": expired},
+    turned = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) > hour
+    kept, old, margins = client.query(
+        f"SELECT count(), countIf(hour <= {{dropped:DateTime('UTC')}}),"
+        f" countIf(hour = {{margin:DateTime('UTC')}}) FROM {db}.playbacks",
+        parameters={"dropped": dropped, "margin": margin},
     ).result_rows[0]
     assert kept and not old
+    assert margins or turned, "the hour of margin goes only once the hour has turned"
+    # Whether or not the hour turned since as_of, the publication at as_of finds its hours.
     assert published() == listeners_board(truth), "the TTL dropped only what no longer counts"
 
     migrate(client, replace(config, listeners_retention_hours=0))

@@ -229,12 +229,14 @@ _TTLS = (
         "raw events now expire %d days after their event_time",
         "toDateTime({column}) + INTERVAL {value} DAY",
     ),
-    # The publication reads the current hour and `value` before it: an hour is dropped once
-    # no publication at the current time reads it any more.
+    # The publication reads the current hour and `value` before it. An hour is dropped an
+    # hour after the last publication at the current time stopped reading it, so a
+    # publication whose as_of was just before the hour turned never finds its oldest hour
+    # dropped by a merge under way (the margin costs one hour of state).
     _Ttl(
         "listeners_retention_hours", "playbacks", "hour", "live listeners' state",
         "live listeners' state now kept for the current hour and %d before it",
-        "{column} + INTERVAL {value} HOUR", extra=1,
+        "{column} + INTERVAL {value} HOUR", extra=2,
     ),
 )  # fmt: skip
 
