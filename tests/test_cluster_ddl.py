@@ -33,7 +33,7 @@ from toplist.cluster import (
     render_statement,
 )
 from toplist.config import Config, ConfigError
-from toplist.migrate import MigrationError, discover, render_plan, render_text
+from toplist.migrate import _TTLS, MigrationError, discover, render_plan, render_text
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 CLUSTER = "toplist"
@@ -250,6 +250,28 @@ def test_the_crash_repair_deletes_from_every_nodes_local_tables():
             render_statement(CLUSTER, "toplist", f"DELETE FROM toplist.{table} WHERE 1")
     snapshot = "DELETE FROM toplist.chart_entries WHERE snapshot_id = 'x'"
     assert render_statement(CLUSTER, "toplist", snapshot) == snapshot, "replicated: one delete"
+
+
+def test_the_configured_ttls_are_set_on_every_nodes_local_tables(client):
+    """`toplist migrate` sets and removes the TTLs (raw events, live listeners' state) at run
+    time: on a cluster each goes to the local tables that hold the rows, on every node."""
+    for ttl in _TTLS:
+        assert ttl.table in SHARDED, ttl.table
+        for value in (3, 0):
+            alter = ttl.alter("toplist", value)
+            rendered = render_statement(CLUSTER, "toplist", alter)
+            assert rendered == (
+                f"ALTER TABLE toplist.{ttl.table}_local ON CLUSTER '{CLUSTER}'\n"
+                + alter.removeprefix(f"ALTER TABLE toplist.{ttl.table} ")
+            )
+            parsed = client.query(
+                "SELECT formatQuery({q:String})", parameters={"q": rendered}
+            ).result_rows[0][0]  # as ClickHouse's parser reads it
+            assert parsed.startswith(
+                f"ALTER TABLE toplist.{ttl.table}_local ON CLUSTER {CLUSTER}\n"
+            ), parsed
+            assert ("MODIFY TTL" if value else "REMOVE TTL") in parsed, parsed
+            assert render_statement("", "toplist", alter) == alter
 
 
 def test_a_cluster_needs_a_server_and_a_plain_name():

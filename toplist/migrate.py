@@ -222,6 +222,11 @@ class _Ttl:
     def expression(self, value: int) -> str:
         return self.template.format(value=int(value) + self.extra, column=self.column)
 
+    def alter(self, database: str, value: int) -> str:
+        """The ALTER that sets the TTL for `value`, or removes it for 0 (as on one node)."""
+        change = f"MODIFY TTL {self.expression(value)}" if value else "REMOVE TTL"
+        return f"ALTER TABLE {database}.{self.table} {change}"
+
 
 _TTLS = (
     _Ttl(
@@ -275,10 +280,9 @@ def apply_settings(client: Client, config: Config) -> None:
             continue
         if value:
             log.info(ttl.expires, value)
-            alter = f"ALTER TABLE {database}.{ttl.table} MODIFY TTL {ttl.expression(value)}"
         else:
             log.info("%s: kept for good again (TTL removed)", ttl.what)
-            alter = f"ALTER TABLE {database}.{ttl.table} REMOVE TTL"
+        alter = ttl.alter(database, value)
         client.command(render_statement(config.clickhouse_cluster, database, alter))
     changed = [[name, value] for name, value in wanted.items() if recorded.get(name) != value]
     if changed:
