@@ -21,10 +21,16 @@ from datetime import UTC, datetime, timedelta
 
 from bench.common import arguments, bench_config, median, say, scratch, side_by_side, table
 
-NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
 
-
-def naive_listeners(db: str, keep: int) -> str:
+def naive_listeners(db: str, keep: int, as_of: datetime, retention_hours: int) -> str:
+    # The retention as the board has it (sql/0019): the reports of as_of's hour and the
+    # retention's hours before it; 0 keeps them all.
+    at = f"toDateTime('{as_of:%Y-%m-%d %H:%M:%S}', 'UTC')"
+    kept = (
+        f"WHERE toStartOfHour(event_time) >= toStartOfHour({at}) - INTERVAL {retention_hours} HOUR"
+        if retention_hours
+        else ""
+    )
     return f"""
         WITH per_playback AS (
             SELECT user_id, playback_id,
@@ -33,6 +39,7 @@ def naive_listeners(db: str, keep: int) -> str:
                 argMaxIf(song_id, tuple(version, event_time, song_id), type = 'START') AS song,
                 maxIf(event_time, type = 'START') AS started
             FROM {db}.playback_reports
+            {kept}
             GROUP BY user_id, playback_id
         ),
         current AS (
@@ -93,7 +100,7 @@ def fingerprint(inner: str) -> str:
     )
 
 
-def load_boards(client, config, events: int) -> dict[str, float]:
+def load_boards(client, config, events: int, now: datetime) -> dict[str, float]:
     from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
     from ingest.load import STREAMS, load_lines
 
@@ -101,14 +108,14 @@ def load_boards(client, config, events: int) -> dict[str, float]:
     made = {
         # about 4 reports per user (1-4 playbacks each, and their STOPs and restarts)
         "listeners": lambda: PlaybackGenerator(seed=1, users=events // 4, songs=2_000).history(
-            NOW - timedelta(minutes=30), NOW
+            now - timedelta(minutes=30), now
         ),
         "sale": lambda: OrderGenerator(seed=1, products=5_000, buyers=events // 5).orders(
-            events, NOW - timedelta(hours=2), NOW
+            events, now - timedelta(hours=2), now
         ),
         "popular": lambda: ItemEventGenerator(
             seed=1, restaurants=500, items_each=20, users=events // 10
-        ).events(int(events / 1.24), NOW - timedelta(days=1, hours=2), NOW),
+        ).events(int(events / 1.24), now - timedelta(days=1, hours=2), now),
     }
     for board, make in made.items():
         generated = make()
@@ -130,17 +137,22 @@ def measure(events: int, runs: int) -> list[dict]:
     client = connect(config)
     migrate(client, config)
     say(f"boards at {events:,} events each")
-    load_boards(client, config, events)
+    # Up to the present: live listeners count the reports of the retention's hours before
+    # the wall clock's, and the TTL drops older ones (sql/0019), as for live reports.
+    now = datetime.now(UTC).replace(microsecond=0)
+    load_boards(client, config, events, now)
     db, rows = config.database, []
     naive = {
-        "listeners": naive_listeners(db, config.board_keep_top),
+        "listeners": naive_listeners(
+            db, config.board_keep_top, now, config.listeners_retention_hours
+        ),
         "sale": naive_sale(db, config.board_keep_top),
-        "popular": naive_popular(db, config.popular_keep_top, NOW),
+        "popular": naive_popular(db, config.popular_keep_top, now),
     }
     for board, sql in naive.items():
         # the first publication parses the dbt project: a warm-up, not counted
         publish_s, naive_s, snapshot, expected = side_by_side(
-            lambda board=board: publish_board(client, config, board, NOW),
+            lambda board=board: publish_board(client, config, board, now),
             lambda sql=sql: client.query(fingerprint(sql)).result_rows[0],
             runs,
             warmup=1,
