@@ -33,7 +33,7 @@ from toplist.cluster import (
     render_statement,
 )
 from toplist.config import Config, ConfigError
-from toplist.migrate import _TTLS, MigrationError, discover, render_plan, render_text
+from toplist.migrate import TTLS, MigrationError, discover, render_plan, render_text
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 CLUSTER = "toplist"
@@ -255,7 +255,7 @@ def test_the_crash_repair_deletes_from_every_nodes_local_tables():
 def test_the_configured_ttls_are_set_on_every_nodes_local_tables(client):
     """`toplist migrate` sets and removes the TTLs (raw events, live listeners' state) at run
     time: on a cluster each goes to the local tables that hold the rows, on every node."""
-    for ttl in _TTLS:
+    for ttl in TTLS:
         assert ttl.table in SHARDED, ttl.table
         for value in (3, 0):
             alter = ttl.alter("toplist", value)

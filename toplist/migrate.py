@@ -228,7 +228,7 @@ class _Ttl:
         return f"ALTER TABLE {database}.{self.table} {change}"
 
 
-_TTLS = (
+TTLS = (
     _Ttl(
         "raw_ttl_days", "listens", "event_time", "raw events",
         "raw events now expire %d days after their event_time",
@@ -271,7 +271,7 @@ def apply_settings(client: Client, config: Config) -> None:
         return  # migrations older than 0011 only (a test of the runner itself)
     recorded = dict(client.query(f"SELECT name, value FROM {database}.settings").result_rows)
     wanted = {"late_horizon_seconds": config.late_horizon_seconds}
-    for ttl in _TTLS:
+    for ttl in TTLS:
         value = getattr(config, ttl.setting)
         if not _has_column(client, database, ttl.table, ttl.column):
             continue  # migrations older than the TTL's column only (a test of the runner)
