@@ -526,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     load = commands.add_parser(
         "load",
-        help="ingest listen events from a JSON-lines file",
+        help="ingest a board's events from a JSON-lines file (listens by default)",
         description="Ingest JSON lines through the same validation, "
         "dedup and dead-letter path as Kafka; print the counts.",
     )
