@@ -35,6 +35,25 @@ class PublishError(RuntimeError):
     """A publication did not complete; the previous snapshot stays current."""
 
 
+def check_as_of(as_of: datetime | None, current: datetime | None, allow_older: bool) -> None:
+    """Refuse an as_of in the future (a typo would publish empty windows, served as current)
+    and, unless `allow_older`, one older than the current snapshot's (which would replace it
+    with an earlier view). The current as_of is aligned, so comparing before alignment is
+    the same as after."""
+    if as_of is None:
+        return
+    now = datetime.now(UTC)
+    if utc(as_of) > now:
+        raise PublishError(
+            f"as_of {iso(utc(as_of))} is in the future (now {iso(now)}); nothing was published"
+        )
+    if current is not None and utc(as_of) < current and not allow_older:
+        raise PublishError(
+            f"as_of {iso(utc(as_of))} is older than the current snapshot's ({iso(current)});"
+            " ask for it explicitly (--allow-older) to publish it"
+        )
+
+
 @dataclass(frozen=True)
 class Snapshot:
     snapshot_id: str
@@ -126,13 +145,18 @@ def publish(
     as_of: datetime | None = None,
     *,
     before_commit: Callable[[str], None] | None = None,
+    allow_older: bool = False,
 ) -> Snapshot:
     """Rank at `as_of` (default now; aligned down to the bucket) and publish one snapshot.
 
     `before_commit` runs after the entries are written and before the snapshot becomes
-    current; an exception there aborts the publication like any other failure would.
+    current; an exception there aborts the publication like any other failure would. An
+    as_of in the future is refused, and so is one older than the current snapshot's unless
+    `allow_older` (`check_as_of`).
     """
     with _publish_lock:
+        current = current_snapshot(client, config.database)
+        check_as_of(as_of, current.as_of if current else None, allow_older)
         return _publish(client, config, as_of, before_commit)
 
 
@@ -325,12 +349,15 @@ def publish_board(
     as_of: datetime | None = None,
     *,
     before_commit: Callable[[str], None] | None = None,
+    allow_older: bool = False,
 ) -> BoardSnapshot:
     """Rank one of the other boards at `as_of` (default now) and publish one snapshot of it,
     with the same guarantees as `publish`."""
     if board not in BOARD_MODELS:
         raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_MODELS)}")
     with _publish_lock:
+        current = current_board_snapshot(client, config.database, board)
+        check_as_of(as_of, current.as_of if current else None, allow_older)
         return _publish_board(client, config, board, as_of, before_commit)
 
 

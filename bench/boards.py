@@ -95,7 +95,7 @@ def naive_popular(db: str, keep: int, as_of: datetime) -> str:
 
 def fingerprint(inner: str) -> str:
     return (
-        "SELECT count(), sum(cityHash64(scope, metric, window_name, item_id, score))"
+        "SELECT count(), sum(cityHash64(scope, metric, window_name, item_id, toInt128(score)))"
         f" FROM ({inner})"
     )
 

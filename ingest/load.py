@@ -21,6 +21,7 @@ repaired in turn.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -48,6 +49,9 @@ class Stream:
     raw: str
     what: str  # what one message is, for messages to people
     key: str = "event_id"
+    # The ids of the events accepted, where an event counts once per event_id (the first
+    # copy wins: sql/0004, 0020); empty for playback reports, which have no event_id.
+    ids: str = ""
 
     @property
     def incoming(self) -> str:
@@ -67,20 +71,20 @@ class Stream:
 
     @property
     def exactly_once(self) -> bool:
-        """Whether a repeated event is stopped on the way in (listen_ids, sql/0004), so that
-        the load can tell duplicates apart; the other boards' aggregates ignore repeats."""
-        return self.prefix == "listens"
+        """Whether a repeated event is stopped on the way in, so that the load can tell
+        duplicates apart."""
+        return bool(self.ids)
 
 
-LISTENS = Stream("charts", "listens", "listens", "listen event")
+LISTENS = Stream("charts", "listens", "listens", "listen event", ids="listen_ids")
 STREAMS = {
     stream.board: stream
     for stream in (
         LISTENS,
         # A user's reports meet on one partition and one shard: each user counts once.
         Stream("listeners", "playbacks", "playback_reports", "playback report", key="user_id"),
-        Stream("sale", "orders", "orders", "order event"),
-        Stream("popular", "item_events", "item_events", "item event"),
+        Stream("sale", "orders", "orders", "order event", ids="order_ids"),
+        Stream("popular", "item_events", "item_events", "item event", ids="item_event_ids"),
     )
 }
 
@@ -253,12 +257,12 @@ def repair_unfinished(
             f" FROM {database}.{stream.log} WHERE _batch_id = {{batch_id:UUID}}"
         )
         if stream.exactly_once:
+            raw = f"{database}.{stream.raw}"
             undo = [
-                f"DELETE FROM {database}.listens WHERE event_id IN ({ids})"
-                " AND _batch_id = {batch_id:UUID}",
-                # Ids the batch put in listen_ids without its listens row reaching `listens`.
-                f"DELETE FROM {database}.listen_ids WHERE event_id IN ({ids}) AND event_id NOT IN"
-                f" (SELECT event_id FROM {database}.listens WHERE event_id IN ({ids}))",
+                f"DELETE FROM {raw} WHERE event_id IN ({ids}) AND _batch_id = {{batch_id:UUID}}",
+                # Ids the batch put in the id set without its event reaching the raw table.
+                f"DELETE FROM {database}.{stream.ids} WHERE event_id IN ({ids}) AND event_id"
+                f" NOT IN (SELECT event_id FROM {raw} WHERE event_id IN ({ids}))",
             ]
         else:
             undo = [f"DELETE FROM {database}.{stream.raw} WHERE _batch_id = {{batch_id:UUID}}"]
@@ -269,7 +273,7 @@ def repair_unfinished(
         for statement in undo:
             client.command(render_statement(cluster, database, statement), parameters=params)
         _apply(client, database, batch_id, stream)
-        if stream.exactly_once:
+        if stream is LISTENS:
             recount_buckets(client, database, ids, params)
         _record_done(client, database, batch_id, repaired=True, stream=stream)
         log.warning(
@@ -305,31 +309,69 @@ def load_lines(
 
     Each batch is all or nothing (see the module docstring); when this returns, every line is
     either in the raw table, recognised as a duplicate, or in the dead-letter table. A load
-    cut off part-way is resumed by loading the same lines again: what was already accepted
-    counts as duplicates. Call `repair_unfinished` first when a crash may have cut a batch
-    off (a new process, or after a failed write): it reads the whole log, so not before every
-    load.
+    cut off part-way is resumed by loading the same lines again: a batch is identified by its
+    lines (`content_batch_id`), so the batches already applied are not applied again (their
+    lines count as duplicates, their bad lines as rejected, dead-lettered once). Call
+    `repair_unfinished` first when a crash may have cut a batch off (a new process, or after
+    a failed write): it reads the whole log, so not before every load.
     """
     result = LoadResult()
-    for chunk in _chunks(lines, batch_rows):
-        batch_id = uuid.uuid4()
-        write_batch(
-            client,
-            database,
-            batch_id,
-            {"raw_message": chunk, "_source": [source] * len(chunk)},
-            stream,
-        )
-        result.batch_ids.append(batch_id)
+    applied_before: list[uuid.UUID] = []
+    for number, chunk in enumerate(_chunks(lines, batch_rows)):
+        batch_id = content_batch_id(stream, source, number, chunk)
+        if _is_done(client, database, batch_id, stream):
+            applied_before.append(batch_id)
+        else:
+            write_batch(
+                client,
+                database,
+                batch_id,
+                {"raw_message": chunk, "_source": [source] * len(chunk)},
+                stream,
+            )
+            result.batch_ids.append(batch_id)
         result.read += len(chunk)
         if progress:
             progress(result.read)
-    if not result.batch_ids:
-        return result
-    received, result.accepted, result.rejected = batch_counts(client, database, result.batch_ids)
+    if result.batch_ids:
+        received, result.accepted, result.rejected = batch_counts(
+            client, database, result.batch_ids
+        )
+    else:
+        received = 0
+    if applied_before:
+        # Applied by an earlier load (one cut off, say): its lines are duplicates now, and its
+        # dead letters are there once already.
+        earlier, _, rejected_before = batch_counts(client, database, applied_before)
+        received += earlier
+        result.rejected += rejected_before
     if received != result.read:
         raise RuntimeError(
-            f"the engine recorded {received} messages for {len(result.batch_ids)} batches,"
-            f" but {result.read} were sent"
+            f"the engine recorded {received} messages for"
+            f" {len(result.batch_ids) + len(applied_before)} batches, but {result.read} were sent"
         )
     return result
+
+
+def content_batch_id(stream: Stream, source: str, number: int, lines: list[bytes]) -> uuid.UUID:
+    """The id of the `number`th batch of a load from `source`, holding `lines`: the same
+    lines at the same place make the same id, so a load run again (after a kill, say) finds
+    the batches it already applied and applies them no second time: no second dead letter,
+    no second count of what was received."""
+    digest = hashlib.sha256(f"{stream.board}\n{source}\n{number}\n{len(lines)}\n".encode())
+    for line in lines:
+        digest.update(len(line).to_bytes(8, "little"))
+        digest.update(line)
+    return uuid.UUID(bytes=digest.digest()[:16], version=4)
+
+
+def _is_done(client: Client, database: str, batch_id: uuid.UUID, stream: Stream) -> bool:
+    """Whether the batch was applied; a stored batch that was not is repaired first."""
+    query = "SELECT count() FROM {table} WHERE _batch_id = {{batch_id:UUID}}"
+    params = {"batch_id": batch_id}
+    if client.command(query.format(table=f"{database}.{stream.done}"), parameters=params):
+        return True
+    if client.command(query.format(table=f"{database}.{stream.log}"), parameters=params):
+        repair_unfinished(client, database, stream=stream)  # cut off: applied in full now
+        return True
+    return False

@@ -10,7 +10,7 @@ CREATE TABLE ${database}.board_entries
     `window_name` LowCardinality(String),
     `rank` UInt32,
     `item_id` String,
-    `score` Int64,
+    `score` Int128,
     `extra` Map(LowCardinality(String), Float64)
 )
 ENGINE = MergeTree
@@ -194,6 +194,20 @@ GROUP BY
     item_id,
     type;
 
+CREATE TABLE ${database}.item_event_ids
+(
+    `event_id` String
+)
+ENGINE = EmbeddedRocksDB
+PRIMARY KEY event_id;
+
+CREATE MATERIALIZED VIEW ${database}.item_event_ids_mv TO ${database}.item_event_ids
+(
+    `event_id` String
+)
+AS SELECT event_id
+FROM ${database}.item_events;
+
 CREATE TABLE ${database}.item_events
 (
     `event_id` String,
@@ -216,6 +230,29 @@ PARTITION BY toYYYYMMDD(event_time)
 ORDER BY event_id
 SETTINGS index_granularity = 8192;
 
+CREATE MATERIALIZED VIEW ${database}.item_events_batches_accepted_mv TO ${database}.ingest_batches
+(
+    `board` String,
+    `_batch_id` UUID,
+    `_source` LowCardinality(String),
+    `received_at` DateTime64(3, 'UTC'),
+    `received` UInt64,
+    `accepted` UInt64,
+    `rejected` UInt64
+)
+AS SELECT
+    'popular' AS board,
+    _batch_id,
+    _source,
+    min(_received_at) AS received_at,
+    toUInt64(0) AS received,
+    count() AS accepted,
+    toUInt64(0) AS rejected
+FROM ${database}.item_events
+GROUP BY
+    _batch_id,
+    _source;
+
 CREATE MATERIALIZED VIEW ${database}.item_events_batches_mv TO ${database}.ingest_batches
 (
     `board` String,
@@ -232,7 +269,7 @@ AS SELECT
     _source,
     min(_received_at) AS received_at,
     count() AS received,
-    countIf(reject_reason = '') AS accepted,
+    toUInt64(0) AS accepted,
     countIf(reject_reason != '') AS rejected
 FROM ${database}.item_events_parsed
 GROUP BY
@@ -342,23 +379,16 @@ CREATE MATERIALIZED VIEW ${database}.item_events_mv TO ${database}.item_events
     `_batch_id` UUID,
     `_received_at` DateTime64(3, 'UTC')
 )
-AS SELECT
-    event_id,
-    item_id,
-    restaurant_id,
-    city_id,
-    type,
-    user_id,
-    assumeNotNull(event_time) AS event_time,
-    _topic,
-    _partition,
-    _offset,
-    _timestamp,
-    _source,
-    _batch_id,
-    _received_at
-FROM ${database}.item_events_parsed
-WHERE reject_reason = '';
+AS SELECT fresh.*
+FROM
+(
+    SELECT * EXCEPT (reject_reason, raw_message) REPLACE (assumeNotNull(event_time) AS event_time)
+    FROM ${database}.item_events_parsed
+    WHERE reject_reason = ''
+    LIMIT 1 BY event_id
+) AS fresh
+ANTI LEFT JOIN ${database}.item_event_ids AS seen ON fresh.event_id = seen.event_id
+SETTINGS join_algorithm = 'direct';
 
 CREATE TABLE ${database}.item_events_parsed
 (
@@ -409,8 +439,8 @@ SELECT
     if(is_object, JSONExtractString(raw_message, 'city_id'), '') AS city_id,
     if(is_object, JSONExtractString(raw_message, 'type'), '') AS type,
     if(is_object, JSONExtractString(raw_message, 'user_id'), '') AS user_id,
-    if(is_object, multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), (JSONType(raw_message, 'event_time') IN ('Int64', 'UInt64')) AND ((JSONExtractInt(raw_message, 'event_time') >= 0) AND (JSONExtractInt(raw_message, 'event_time') <= 7258118399999)), fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL), NULL) AS event_time,
-    multiIf(NOT is_object, 'not a JSON object', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'item_id') != 'String', concat('item_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'item_id')) < 1) OR (length(JSONExtractString(raw_message, 'item_id')) > 256), concat('item_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'item_id') != 'String', concat('item_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'item_id')) < 1) OR (length(JSONExtractString(raw_message, 'item_id')) > 256), concat('item_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), ''), multiIf(JSONType(raw_message, 'restaurant_id') != 'String', concat('restaurant_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'restaurant_id')) < 1) OR (length(JSONExtractString(raw_message, 'restaurant_id')) > 128), concat('restaurant_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'restaurant_id') != 'String', concat('restaurant_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'restaurant_id')) < 1) OR (length(JSONExtractString(raw_message, 'restaurant_id')) > 128), concat('restaurant_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'city_id') != 'String', concat('city_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'city_id')) < 1) OR (length(JSONExtractString(raw_message, 'city_id')) > 128), concat('city_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'city_id') != 'String', concat('city_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'city_id')) < 1) OR (length(JSONExtractString(raw_message, 'city_id')) > 128), concat('city_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), (JSONExtractString(raw_message, 'type') NOT IN ('view', 'order')), 'type: must be view or order', multiIf(JSONType(raw_message, 'user_id') != 'String', concat('user_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'user_id')) < 1) OR (length(JSONExtractString(raw_message, 'user_id')) > 128), concat('user_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'user_id') != 'String', concat('user_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'user_id')) < 1) OR (length(JSONExtractString(raw_message, 'user_id')) > 128), concat('user_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf((JSONType(raw_message, 'event_time') NOT IN ('String', 'Int64', 'UInt64')), concat('event_time', ': missing, or neither a string nor an integer'), (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), (JSONType(raw_message, 'event_time') IN ('Int64', 'UInt64')) AND ((JSONExtractInt(raw_message, 'event_time') >= 0) AND (JSONExtractInt(raw_message, 'event_time') <= 7258118399999)), fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL) AND (JSONType(raw_message, 'event_time') = 'String'), concat('event_time', ': not an RFC 3339 time with offset'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), (JSONType(raw_message, 'event_time') IN ('Int64', 'UInt64')) AND ((JSONExtractInt(raw_message, 'event_time') >= 0) AND (JSONExtractInt(raw_message, 'event_time') <= 7258118399999)), fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL, concat('event_time', ': epoch milliseconds out of range'), '')) AS reject_reason,
+    if(is_object, if((multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) >= toDateTime64('1970-01-01 00:00:00', 3, 'UTC')) AND (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) < toDateTime64('2106-01-01 00:00:00', 3, 'UTC')), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL), NULL), NULL) AS event_time,
+    multiIf(NOT is_object, 'not a JSON object', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'item_id') != 'String', concat('item_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'item_id')) < 1) OR (length(JSONExtractString(raw_message, 'item_id')) > 256), concat('item_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'item_id') != 'String', concat('item_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'item_id')) < 1) OR (length(JSONExtractString(raw_message, 'item_id')) > 256), concat('item_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), ''), multiIf(JSONType(raw_message, 'restaurant_id') != 'String', concat('restaurant_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'restaurant_id')) < 1) OR (length(JSONExtractString(raw_message, 'restaurant_id')) > 128), concat('restaurant_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'restaurant_id') != 'String', concat('restaurant_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'restaurant_id')) < 1) OR (length(JSONExtractString(raw_message, 'restaurant_id')) > 128), concat('restaurant_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'city_id') != 'String', concat('city_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'city_id')) < 1) OR (length(JSONExtractString(raw_message, 'city_id')) > 128), concat('city_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'city_id') != 'String', concat('city_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'city_id')) < 1) OR (length(JSONExtractString(raw_message, 'city_id')) > 128), concat('city_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), (JSONExtractString(raw_message, 'type') NOT IN ('view', 'order')), 'type: must be view or order', multiIf(JSONType(raw_message, 'user_id') != 'String', concat('user_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'user_id')) < 1) OR (length(JSONExtractString(raw_message, 'user_id')) > 128), concat('user_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'user_id') != 'String', concat('user_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'user_id')) < 1) OR (length(JSONExtractString(raw_message, 'user_id')) > 128), concat('user_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf((JSONType(raw_message, 'event_time') NOT IN ('String', 'Int64', 'UInt64')), concat('event_time', ': missing, or neither a string nor an integer'), (JSONType(raw_message, 'event_time') = 'String') AND (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL), concat('event_time', ': not an RFC 3339 time with offset'), (JSONType(raw_message, 'event_time') = 'UInt64') OR (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) >= toDateTime64('2106-01-01 00:00:00', 3, 'UTC')), concat('event_time', ': not before 2106-01-01T00:00:00Z, the end of the times Toplist counts'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) < toDateTime64('1970-01-01 00:00:00', 3, 'UTC'), concat('event_time', ': before 1970-01-01T00:00:00Z, the start of the times Toplist counts'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) > (_received_at + toIntervalSecond(limits.max_future_seconds)), concat('event_time', ': more than ', toString(limits.max_future_seconds), ' seconds ahead of its arrival (TOPLIST_MAX_FUTURE_SECONDS)'), '')) AS reject_reason,
     raw_message,
     _topic,
     _partition,
@@ -419,7 +449,13 @@ SELECT
     _source,
     _batch_id,
     _received_at
-FROM ${database}.item_events_incoming;
+FROM ${database}.item_events_incoming
+CROSS JOIN
+(
+    SELECT if(count() = 0, 86400, any(value)) AS max_future_seconds
+    FROM ${database}.settings
+    WHERE name = 'max_future_seconds'
+) AS limits;
 
 CREATE TABLE ${database}.listen_ids
 (
@@ -689,7 +725,7 @@ CREATE MATERIALIZED VIEW ${database}.listens_parsed_mv TO ${database}.listens_pa
     `event_id` String,
     `song_id` String,
     `user_id` String,
-    `country` LowCardinality(String),
+    `country` String,
     `event_time` Nullable(DateTime64(3, 'UTC')),
     `reject_reason` String,
     `raw_message` String,
@@ -702,27 +738,14 @@ CREATE MATERIALIZED VIEW ${database}.listens_parsed_mv TO ${database}.listens_pa
     `_received_at` DateTime64(3, 'UTC')
 )
 AS WITH
-    isValidJSON(raw_message) AND (JSONType(raw_message) = 'Object') AS is_object,
-    JSONType(raw_message, 'event_id') AS event_id_type,
-    JSONType(raw_message, 'song_id') AS song_id_type,
-    JSONType(raw_message, 'user_id') AS user_id_type,
-    JSONType(raw_message, 'country') AS country_type,
-    JSONType(raw_message, 'event_time') AS event_time_type,
-    JSONExtractString(raw_message, 'event_id') AS parsed_event_id,
-    JSONExtractString(raw_message, 'song_id') AS parsed_song_id,
-    JSONExtractString(raw_message, 'user_id') AS parsed_user_id,
-    JSONExtractString(raw_message, 'country') AS parsed_country,
-    JSONExtractString(raw_message, 'event_time') AS event_time_text,
-    JSONExtractInt(raw_message, 'event_time') AS event_time_millis,
-    match(event_time_text, '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$') AS event_time_text_ok,
-    multiIf((event_time_type = 'String') AND event_time_text_ok, parseDateTime64BestEffortOrNull(event_time_text, 3, 'UTC'), (event_time_type = 'Int64') AND ((event_time_millis >= 0) AND (event_time_millis <= 7258118399999)), fromUnixTimestamp64Milli(event_time_millis, 'UTC'), NULL) AS parsed_event_time
+    isValidJSON(raw_message) AND (JSONType(raw_message) = 'Object') AS is_object
 SELECT
-    if(is_object, parsed_event_id, '') AS event_id,
-    if(is_object, parsed_song_id, '') AS song_id,
-    if(is_object, parsed_user_id, '') AS user_id,
-    if(is_object, parsed_country, '') AS country,
-    if(is_object, parsed_event_time, NULL) AS event_time,
-    multiIf(NOT is_object, 'not a JSON object', event_id_type != 'String', 'event_id: missing or not a string', (length(parsed_event_id) < 1) OR (length(parsed_event_id) > 128), 'event_id: must be 1 to 128 bytes', song_id_type != 'String', 'song_id: missing or not a string', (length(parsed_song_id) < 1) OR (length(parsed_song_id) > 256), 'song_id: must be 1 to 256 bytes', user_id_type != 'String', 'user_id: missing or not a string', parsed_user_id = '', 'user_id: must not be empty', country_type != 'String', 'country: missing or not a string', NOT match(parsed_country, '^[A-Z]{2}$'), 'country: must be an upper-case ISO 3166-1 alpha-2 code', (event_time_type NOT IN ('String', 'Int64', 'UInt64')), 'event_time: missing, or neither a string nor an integer', (parsed_event_time IS NULL) AND (event_time_type = 'String'), 'event_time: not an RFC 3339 time with offset', parsed_event_time IS NULL, 'event_time: epoch milliseconds out of range', '') AS reject_reason,
+    if(is_object, JSONExtractString(raw_message, 'event_id'), '') AS event_id,
+    if(is_object, JSONExtractString(raw_message, 'song_id'), '') AS song_id,
+    if(is_object, JSONExtractString(raw_message, 'user_id'), '') AS user_id,
+    if(is_object, JSONExtractString(raw_message, 'country'), '') AS country,
+    if(is_object, if((multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) >= toDateTime64('1970-01-01 00:00:00', 3, 'UTC')) AND (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) < toDateTime64('2106-01-01 00:00:00', 3, 'UTC')), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL), NULL), NULL) AS event_time,
+    multiIf(NOT is_object, 'not a JSON object', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 1) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 1) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), ''), JSONType(raw_message, 'user_id') != 'String', 'user_id: missing or not a string', JSONExtractString(raw_message, 'user_id') = '', 'user_id: must not be empty', JSONType(raw_message, 'country') != 'String', 'country: missing or not a string', NOT match(JSONExtractString(raw_message, 'country'), '^[A-Z]{2}$'), 'country: must be an upper-case ISO 3166-1 alpha-2 code', multiIf((JSONType(raw_message, 'event_time') NOT IN ('String', 'Int64', 'UInt64')), concat('event_time', ': missing, or neither a string nor an integer'), (JSONType(raw_message, 'event_time') = 'String') AND (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL), concat('event_time', ': not an RFC 3339 time with offset'), (JSONType(raw_message, 'event_time') = 'UInt64') OR (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) >= toDateTime64('2106-01-01 00:00:00', 3, 'UTC')), concat('event_time', ': not before 2106-01-01T00:00:00Z, the end of the times Toplist counts'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) < toDateTime64('1970-01-01 00:00:00', 3, 'UTC'), concat('event_time', ': before 1970-01-01T00:00:00Z, the start of the times Toplist counts'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) > (_received_at + toIntervalSecond(limits.max_future_seconds)), concat('event_time', ': more than ', toString(limits.max_future_seconds), ' seconds ahead of its arrival (TOPLIST_MAX_FUTURE_SECONDS)'), '')) AS reject_reason,
     raw_message,
     _topic,
     _partition,
@@ -731,7 +754,13 @@ SELECT
     _source,
     _batch_id,
     _received_at
-FROM ${database}.listens_incoming;
+FROM ${database}.listens_incoming
+CROSS JOIN
+(
+    SELECT if(count() = 0, 86400, any(value)) AS max_future_seconds
+    FROM ${database}.settings
+    WHERE name = 'max_future_seconds'
+) AS limits;
 
 CREATE TABLE ${database}.listens_total
 (
@@ -758,6 +787,20 @@ GROUP BY
     country,
     song_id;
 
+CREATE TABLE ${database}.order_ids
+(
+    `event_id` String
+)
+ENGINE = EmbeddedRocksDB
+PRIMARY KEY event_id;
+
+CREATE MATERIALIZED VIEW ${database}.order_ids_mv TO ${database}.order_ids
+(
+    `event_id` String
+)
+AS SELECT event_id
+FROM ${database}.orders;
+
 CREATE TABLE ${database}.orders
 (
     `event_id` String,
@@ -780,6 +823,29 @@ PARTITION BY toYYYYMM(event_time)
 ORDER BY event_id
 SETTINGS index_granularity = 8192;
 
+CREATE MATERIALIZED VIEW ${database}.orders_batches_accepted_mv TO ${database}.ingest_batches
+(
+    `board` String,
+    `_batch_id` UUID,
+    `_source` LowCardinality(String),
+    `received_at` DateTime64(3, 'UTC'),
+    `received` UInt64,
+    `accepted` UInt64,
+    `rejected` UInt64
+)
+AS SELECT
+    'sale' AS board,
+    _batch_id,
+    _source,
+    min(_received_at) AS received_at,
+    toUInt64(0) AS received,
+    count() AS accepted,
+    toUInt64(0) AS rejected
+FROM ${database}.orders
+GROUP BY
+    _batch_id,
+    _source;
+
 CREATE MATERIALIZED VIEW ${database}.orders_batches_mv TO ${database}.ingest_batches
 (
     `board` String,
@@ -796,7 +862,7 @@ AS SELECT
     _source,
     min(_received_at) AS received_at,
     count() AS received,
-    countIf(reject_reason = '') AS accepted,
+    toUInt64(0) AS accepted,
     countIf(reject_reason != '') AS rejected
 FROM ${database}.orders_parsed
 GROUP BY
@@ -906,23 +972,16 @@ CREATE MATERIALIZED VIEW ${database}.orders_mv TO ${database}.orders
     `_batch_id` UUID,
     `_received_at` DateTime64(3, 'UTC')
 )
-AS SELECT
-    event_id,
-    order_id,
-    product_id,
-    buyer_id,
-    units,
-    amount_cents,
-    assumeNotNull(event_time) AS event_time,
-    _topic,
-    _partition,
-    _offset,
-    _timestamp,
-    _source,
-    _batch_id,
-    _received_at
-FROM ${database}.orders_parsed
-WHERE reject_reason = '';
+AS SELECT fresh.*
+FROM
+(
+    SELECT * EXCEPT (reject_reason, raw_message) REPLACE (assumeNotNull(event_time) AS event_time)
+    FROM ${database}.orders_parsed
+    WHERE reject_reason = ''
+    LIMIT 1 BY event_id
+) AS fresh
+ANTI LEFT JOIN ${database}.order_ids AS seen ON fresh.event_id = seen.event_id
+SETTINGS join_algorithm = 'direct';
 
 CREATE TABLE ${database}.orders_parsed
 (
@@ -973,8 +1032,8 @@ SELECT
     if(is_object, JSONExtractString(raw_message, 'buyer_id'), '') AS buyer_id,
     if(is_object, JSONExtractUInt(raw_message, 'units'), 0) AS units,
     if(is_object, JSONExtractUInt(raw_message, 'amount_cents'), 0) AS amount_cents,
-    if(is_object, multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), (JSONType(raw_message, 'event_time') IN ('Int64', 'UInt64')) AND ((JSONExtractInt(raw_message, 'event_time') >= 0) AND (JSONExtractInt(raw_message, 'event_time') <= 7258118399999)), fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL), NULL) AS event_time,
-    multiIf(NOT is_object, 'not a JSON object', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'order_id') != 'String', concat('order_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'order_id')) < 1) OR (length(JSONExtractString(raw_message, 'order_id')) > 128), concat('order_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'order_id') != 'String', concat('order_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'order_id')) < 1) OR (length(JSONExtractString(raw_message, 'order_id')) > 128), concat('order_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'product_id') != 'String', concat('product_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'product_id')) < 1) OR (length(JSONExtractString(raw_message, 'product_id')) > 256), concat('product_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'product_id') != 'String', concat('product_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'product_id')) < 1) OR (length(JSONExtractString(raw_message, 'product_id')) > 256), concat('product_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), ''), multiIf(JSONType(raw_message, 'buyer_id') != 'String', concat('buyer_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'buyer_id')) < 1) OR (length(JSONExtractString(raw_message, 'buyer_id')) > 128), concat('buyer_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'buyer_id') != 'String', concat('buyer_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'buyer_id')) < 1) OR (length(JSONExtractString(raw_message, 'buyer_id')) > 128), concat('buyer_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), (JSONType(raw_message, 'units') NOT IN ('Int64', 'UInt64')) OR (JSONExtractInt(raw_message, 'units') < 1), 'units: missing, or not a positive integer', (JSONType(raw_message, 'amount_cents') NOT IN ('Int64', 'UInt64')) OR (JSONExtractInt(raw_message, 'amount_cents') < 0), 'amount_cents: missing, or not a non-negative integer', multiIf((JSONType(raw_message, 'event_time') NOT IN ('String', 'Int64', 'UInt64')), concat('event_time', ': missing, or neither a string nor an integer'), (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), (JSONType(raw_message, 'event_time') IN ('Int64', 'UInt64')) AND ((JSONExtractInt(raw_message, 'event_time') >= 0) AND (JSONExtractInt(raw_message, 'event_time') <= 7258118399999)), fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL) AND (JSONType(raw_message, 'event_time') = 'String'), concat('event_time', ': not an RFC 3339 time with offset'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), (JSONType(raw_message, 'event_time') IN ('Int64', 'UInt64')) AND ((JSONExtractInt(raw_message, 'event_time') >= 0) AND (JSONExtractInt(raw_message, 'event_time') <= 7258118399999)), fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL, concat('event_time', ': epoch milliseconds out of range'), '')) AS reject_reason,
+    if(is_object, if((multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) >= toDateTime64('1970-01-01 00:00:00', 3, 'UTC')) AND (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) < toDateTime64('2106-01-01 00:00:00', 3, 'UTC')), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL), NULL), NULL) AS event_time,
+    multiIf(NOT is_object, 'not a JSON object', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'event_id') != 'String', concat('event_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'event_id')) < 1) OR (length(JSONExtractString(raw_message, 'event_id')) > 128), concat('event_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'order_id') != 'String', concat('order_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'order_id')) < 1) OR (length(JSONExtractString(raw_message, 'order_id')) > 128), concat('order_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'order_id') != 'String', concat('order_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'order_id')) < 1) OR (length(JSONExtractString(raw_message, 'order_id')) > 128), concat('order_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'product_id') != 'String', concat('product_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'product_id')) < 1) OR (length(JSONExtractString(raw_message, 'product_id')) > 256), concat('product_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'product_id') != 'String', concat('product_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'product_id')) < 1) OR (length(JSONExtractString(raw_message, 'product_id')) > 256), concat('product_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), ''), multiIf(JSONType(raw_message, 'buyer_id') != 'String', concat('buyer_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'buyer_id')) < 1) OR (length(JSONExtractString(raw_message, 'buyer_id')) > 128), concat('buyer_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'buyer_id') != 'String', concat('buyer_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'buyer_id')) < 1) OR (length(JSONExtractString(raw_message, 'buyer_id')) > 128), concat('buyer_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), if((JSONType(raw_message, 'units') != 'Int64') OR ((JSONExtractInt(raw_message, 'units') < 1) OR (JSONExtractInt(raw_message, 'units') > 1000000)), concat('units', ': must be an integer from ', toString(1), ' to ', toString(1000000)), '') != '', if((JSONType(raw_message, 'units') != 'Int64') OR ((JSONExtractInt(raw_message, 'units') < 1) OR (JSONExtractInt(raw_message, 'units') > 1000000)), concat('units', ': must be an integer from ', toString(1), ' to ', toString(1000000)), ''), if((JSONType(raw_message, 'amount_cents') != 'Int64') OR ((JSONExtractInt(raw_message, 'amount_cents') < 0) OR (JSONExtractInt(raw_message, 'amount_cents') > 1000000000000)), concat('amount_cents', ': must be an integer from ', toString(0), ' to ', toString(1000000000000)), '') != '', if((JSONType(raw_message, 'amount_cents') != 'Int64') OR ((JSONExtractInt(raw_message, 'amount_cents') < 0) OR (JSONExtractInt(raw_message, 'amount_cents') > 1000000000000)), concat('amount_cents', ': must be an integer from ', toString(0), ' to ', toString(1000000000000)), ''), multiIf((JSONType(raw_message, 'event_time') NOT IN ('String', 'Int64', 'UInt64')), concat('event_time', ': missing, or neither a string nor an integer'), (JSONType(raw_message, 'event_time') = 'String') AND (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL), concat('event_time', ': not an RFC 3339 time with offset'), (JSONType(raw_message, 'event_time') = 'UInt64') OR (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) >= toDateTime64('2106-01-01 00:00:00', 3, 'UTC')), concat('event_time', ': not before 2106-01-01T00:00:00Z, the end of the times Toplist counts'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) < toDateTime64('1970-01-01 00:00:00', 3, 'UTC'), concat('event_time', ': before 1970-01-01T00:00:00Z, the start of the times Toplist counts'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) > (_received_at + toIntervalSecond(limits.max_future_seconds)), concat('event_time', ': more than ', toString(limits.max_future_seconds), ' seconds ahead of its arrival (TOPLIST_MAX_FUTURE_SECONDS)'), '')) AS reject_reason,
     raw_message,
     _topic,
     _partition,
@@ -983,7 +1042,13 @@ SELECT
     _source,
     _batch_id,
     _received_at
-FROM ${database}.orders_incoming;
+FROM ${database}.orders_incoming
+CROSS JOIN
+(
+    SELECT if(count() = 0, 86400, any(value)) AS max_future_seconds
+    FROM ${database}.settings
+    WHERE name = 'max_future_seconds'
+) AS limits;
 
 CREATE TABLE ${database}.playback_reports
 (
@@ -1247,8 +1312,8 @@ SELECT
     if(is_object, JSONExtractString(raw_message, 'song_id'), '') AS song_id,
     if(is_object, parsed_type, '') AS type,
     if(is_object, JSONExtractUInt(raw_message, 'version'), 0) AS version,
-    if(is_object, multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), (JSONType(raw_message, 'event_time') IN ('Int64', 'UInt64')) AND ((JSONExtractInt(raw_message, 'event_time') >= 0) AND (JSONExtractInt(raw_message, 'event_time') <= 7258118399999)), fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL), NULL) AS event_time,
-    multiIf(NOT is_object, 'not a JSON object', multiIf(JSONType(raw_message, 'user_id') != 'String', concat('user_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'user_id')) < 1) OR (length(JSONExtractString(raw_message, 'user_id')) > 128), concat('user_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'user_id') != 'String', concat('user_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'user_id')) < 1) OR (length(JSONExtractString(raw_message, 'user_id')) > 128), concat('user_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'playback_id') != 'String', concat('playback_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'playback_id')) < 1) OR (length(JSONExtractString(raw_message, 'playback_id')) > 128), concat('playback_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'playback_id') != 'String', concat('playback_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'playback_id')) < 1) OR (length(JSONExtractString(raw_message, 'playback_id')) > 128), concat('playback_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), (parsed_type NOT IN ('START', 'STOP', 'HEARTBEAT')), 'type: must be START, STOP or HEARTBEAT', (JSONType(raw_message, 'version') NOT IN ('Int64', 'UInt64')) OR (JSONExtractInt(raw_message, 'version') < 0), 'version: missing, or not a non-negative integer', (parsed_type = 'START') AND (multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 1) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), '') != ''), multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 1) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), ''), JSONHas(raw_message, 'song_id') AND (multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 0) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(0), ' to ', toString(256), ' bytes'), '') != ''), multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 0) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(0), ' to ', toString(256), ' bytes'), ''), multiIf((JSONType(raw_message, 'event_time') NOT IN ('String', 'Int64', 'UInt64')), concat('event_time', ': missing, or neither a string nor an integer'), (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), (JSONType(raw_message, 'event_time') IN ('Int64', 'UInt64')) AND ((JSONExtractInt(raw_message, 'event_time') >= 0) AND (JSONExtractInt(raw_message, 'event_time') <= 7258118399999)), fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL) AND (JSONType(raw_message, 'event_time') = 'String'), concat('event_time', ': not an RFC 3339 time with offset'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), (JSONType(raw_message, 'event_time') IN ('Int64', 'UInt64')) AND ((JSONExtractInt(raw_message, 'event_time') >= 0) AND (JSONExtractInt(raw_message, 'event_time') <= 7258118399999)), fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL, concat('event_time', ': epoch milliseconds out of range'), '')) AS reject_reason,
+    if(is_object, if((multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) >= toDateTime64('1970-01-01 00:00:00', 3, 'UTC')) AND (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) < toDateTime64('2106-01-01 00:00:00', 3, 'UTC')), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL), NULL), NULL) AS event_time,
+    multiIf(NOT is_object, 'not a JSON object', multiIf(JSONType(raw_message, 'user_id') != 'String', concat('user_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'user_id')) < 1) OR (length(JSONExtractString(raw_message, 'user_id')) > 128), concat('user_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'user_id') != 'String', concat('user_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'user_id')) < 1) OR (length(JSONExtractString(raw_message, 'user_id')) > 128), concat('user_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), multiIf(JSONType(raw_message, 'playback_id') != 'String', concat('playback_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'playback_id')) < 1) OR (length(JSONExtractString(raw_message, 'playback_id')) > 128), concat('playback_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), '') != '', multiIf(JSONType(raw_message, 'playback_id') != 'String', concat('playback_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'playback_id')) < 1) OR (length(JSONExtractString(raw_message, 'playback_id')) > 128), concat('playback_id', ': must be ', toString(1), ' to ', toString(128), ' bytes'), ''), (parsed_type NOT IN ('START', 'STOP', 'HEARTBEAT')), 'type: must be START, STOP or HEARTBEAT', (JSONType(raw_message, 'version') NOT IN ('Int64', 'UInt64')) OR (JSONExtractInt(raw_message, 'version') < 0), 'version: missing, or not a non-negative integer', (parsed_type = 'START') AND (multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 1) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), '') != ''), multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 1) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(1), ' to ', toString(256), ' bytes'), ''), JSONHas(raw_message, 'song_id') AND (multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 0) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(0), ' to ', toString(256), ' bytes'), '') != ''), multiIf(JSONType(raw_message, 'song_id') != 'String', concat('song_id', ': missing or not a string'), (length(JSONExtractString(raw_message, 'song_id')) < 0) OR (length(JSONExtractString(raw_message, 'song_id')) > 256), concat('song_id', ': must be ', toString(0), ' to ', toString(256), ' bytes'), ''), multiIf((JSONType(raw_message, 'event_time') NOT IN ('String', 'Int64', 'UInt64')), concat('event_time', ': missing, or neither a string nor an integer'), (JSONType(raw_message, 'event_time') = 'String') AND (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) IS NULL), concat('event_time', ': not an RFC 3339 time with offset'), (JSONType(raw_message, 'event_time') = 'UInt64') OR (multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) >= toDateTime64('2106-01-01 00:00:00', 3, 'UTC')), concat('event_time', ': not before 2106-01-01T00:00:00Z, the end of the times Toplist counts'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) < toDateTime64('1970-01-01 00:00:00', 3, 'UTC'), concat('event_time', ': before 1970-01-01T00:00:00Z, the start of the times Toplist counts'), multiIf((JSONType(raw_message, 'event_time') = 'String') AND match(JSONExtractString(raw_message, 'event_time'), '^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$'), parseDateTime64BestEffortOrNull(JSONExtractString(raw_message, 'event_time'), 3, 'UTC'), JSONType(raw_message, 'event_time') = 'Int64', fromUnixTimestamp64Milli(JSONExtractInt(raw_message, 'event_time'), 'UTC'), NULL) > (_received_at + toIntervalSecond(limits.max_future_seconds)), concat('event_time', ': more than ', toString(limits.max_future_seconds), ' seconds ahead of its arrival (TOPLIST_MAX_FUTURE_SECONDS)'), '')) AS reject_reason,
     raw_message,
     _topic,
     _partition,
@@ -1257,7 +1322,13 @@ SELECT
     _source,
     _batch_id,
     _received_at
-FROM ${database}.playbacks_incoming;
+FROM ${database}.playbacks_incoming
+CROSS JOIN
+(
+    SELECT if(count() = 0, 86400, any(value)) AS max_future_seconds
+    FROM ${database}.settings
+    WHERE name = 'max_future_seconds'
+) AS limits;
 
 CREATE TABLE ${database}.sale_buyers_by_product
 (

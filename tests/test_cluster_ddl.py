@@ -90,6 +90,7 @@ def test_every_cluster_statement_parses_in_clickhouse(client):
 READ_ONLY_REPLICA = 242
 UNREACHABLE = {210, 279}
 MISSING_COLUMN = {8, 47}
+UNKNOWN_TABLE = 60
 
 
 def test_clickhouse_creates_every_table_and_view_of_the_cluster_rendering(tmp_path):
@@ -121,6 +122,9 @@ def test_clickhouse_creates_every_table_and_view_of_the_cluster_rendering(tmp_pa
             continue
         if code in UNREACHABLE and statement.startswith("INSERT INTO"):
             continue
+        altered = re.match(r"ALTER TABLE toplist\.(\w+)", statement)
+        if code == UNKNOWN_TABLE and altered and altered.group(1) in failed:
+            continue  # a later change to a view that could not be created, as above
         named = re.findall(r"[`'](\w+)[`']", failure["message"])
         if code in MISSING_COLUMN and unadded.intersection(named):
             failed.update(

@@ -137,7 +137,8 @@ def test_horizon_keeps_very_late_events_in_raw_without_counting_them(client, con
     apply_settings(client, config)
     now = datetime.now(UTC)
     generator = ListenGenerator(seed=22, songs=40)
-    recent = generator.batch(1_000, now - timedelta(days=2) + timedelta(hours=1), now)
+    as_of = align(now)  # no later: an as_of in the future is refused
+    recent = generator.batch(1_000, now - timedelta(days=2) + timedelta(hours=1), as_of)
     too_late = generator.batch(400, now - timedelta(days=9), now - timedelta(days=2, hours=1))
     load_lines(client, config.database, recent.lines + too_late.lines)
     everything = recent.listens + too_late.listens
@@ -145,7 +146,6 @@ def test_horizon_keeps_very_late_events_in_raw_without_counting_them(client, con
     def counted(listen: Listen) -> bool:
         return listen.event_time > now - timedelta(days=2)
 
-    as_of = align(now) + timedelta(minutes=10)
     snapshot = publish(client, config, as_of)
     assert_boards_equal(
         published_boards(client, config.database, snapshot.snapshot_id),

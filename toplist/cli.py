@@ -123,9 +123,11 @@ def cmd_publish(args: argparse.Namespace, config: Config) -> int:
     with session(config) as client:
         migrate(client, config)
         if args.board == "charts":
-            snapshot = publish(client, config, args.as_of)
+            snapshot = publish(client, config, args.as_of, allow_older=args.allow_older)
         else:
-            snapshot = publish_board(client, config, args.board, args.as_of)
+            snapshot = publish_board(
+                client, config, args.board, args.as_of, allow_older=args.allow_older
+            )
     print(json.dumps(snapshot.as_dict()))
     return 0
 
@@ -557,6 +559,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TIME",
         help="snapshot time, RFC 3339 (aligned down to the 10-minute bucket for the charts,"
         " the minute for popular, the second for listeners and sale; default now)",
+    )
+    publish.add_argument(
+        "--allow-older",
+        action="store_true",
+        help="publish an as_of older than the current snapshot's (it becomes the current one);"
+        " an as_of in the future is always refused",
     )
     _board_argument(publish, "to publish")
     publish.set_defaults(handler=cmd_publish)

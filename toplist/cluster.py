@@ -21,7 +21,8 @@ creates a table with none is refused, so a new table is placed on purpose.
   table, so the publisher writes a snapshot once and every API process reads it locally.
 * Node-local (`NODE_LOCAL`): the Null tables between parse and raw, the Kafka engine tables
   (one per node, in one consumer group, so the topic's partitions spread over the nodes) and
-  `listen_ids` (EmbeddedRocksDB: the ids seen by the replica that runs the chain).
+  the id sets `listen_ids`, `order_ids`, `item_event_ids` (EmbeddedRocksDB: the ids seen by
+  the replica that runs the chain).
 
 `settings` becomes a KeeperMap table, so every node reads the same values. Materialized
 views, functions and ALTERs are created `ON CLUSTER`; a view fed by a Kafka table writes to
@@ -77,6 +78,8 @@ EVERY_NODE = {
 NODE_LOCAL = {
     "listens_parsed",
     "listen_ids",
+    "order_ids",
+    "item_event_ids",
     "listens_kafka",
     "playbacks_parsed",
     "playbacks_kafka",

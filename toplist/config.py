@@ -119,6 +119,9 @@ class Config:
     # An event that arrives more than this after its event_time is kept in raw but never
     # counted (sql/0011); 0 means no horizon: every late event counts.
     late_horizon_seconds: int = 0
+    # The time rule every board shares (sql/0020): an event_time more than this ahead of the
+    # event's arrival is a dead letter.
+    max_future_seconds: int = 86_400
     # Raw events expire this many days after their event_time; 0 keeps them for good.
     raw_ttl_days: int = 0
     # Bearer token for /internal/* (corrections). Empty: the internal endpoints refuse all.
@@ -276,6 +279,9 @@ class Config:
             incoming_log_days=_int(env, "TOPLIST_INCOMING_LOG_DAYS", base.incoming_log_days),
             late_horizon_seconds=_int(
                 env, "TOPLIST_LATE_HORIZON_SECONDS", base.late_horizon_seconds, minimum=0
+            ),
+            max_future_seconds=_int(
+                env, "TOPLIST_MAX_FUTURE_SECONDS", base.max_future_seconds, minimum=0
             ),
             raw_ttl_days=_int(env, "TOPLIST_RAW_TTL_DAYS", base.raw_ttl_days, minimum=0),
             internal_token=env.get("TOPLIST_INTERNAL_TOKEN", base.internal_token).strip(),

@@ -259,7 +259,8 @@ def _has_column(client: Client, database: str, table: str, column: str) -> bool:
 def apply_settings(client: Client, config: Config) -> None:
     """Bring the settings the SQL reads at run time in line with the configuration (0011).
 
-    `late_horizon_seconds` is read by `listens_mv` on every insert. The TTLs (raw events,
+    `late_horizon_seconds` is read by `listens_mv` on every insert, `max_future_seconds` by
+    every board's parse view (0020). The TTLs (raw events,
     live listeners' state) are DDL; each is altered only when the configured value differs
     from the one recorded, since changing a TTL rewrites the table's parts.
     """
@@ -270,7 +271,10 @@ def apply_settings(client: Client, config: Config) -> None:
     ):
         return  # migrations older than 0011 only (a test of the runner itself)
     recorded = dict(client.query(f"SELECT name, value FROM {database}.settings").result_rows)
-    wanted = {"late_horizon_seconds": config.late_horizon_seconds}
+    wanted = {
+        "late_horizon_seconds": config.late_horizon_seconds,
+        "max_future_seconds": config.max_future_seconds,
+    }
     for ttl in TTLS:
         value = getattr(config, ttl.setting)
         if not _has_column(client, database, ttl.table, ttl.column):

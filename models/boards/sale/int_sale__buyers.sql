@@ -2,8 +2,8 @@
 
 select
     buyer_id,
-    toInt64(sum(amount_cents)) as spend_cents,
-    toInt64(sum(units)) as units,
+    sum(toInt128(amount_cents)) as spend_cents,
+    sum(toInt128(units)) as units,
     count() as orders
 from {{ ref('stg_toplist__orders') }}
 group by buyer_id

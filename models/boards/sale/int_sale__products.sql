@@ -19,7 +19,7 @@ buyers as (
 
 sold as (
 
-    select product_id, toInt64(sum(units)) as units, count() as orders
+    select product_id, sum(toInt128(units)) as units, count() as orders
     from orders
     group by product_id
 

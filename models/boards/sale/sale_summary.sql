@@ -16,8 +16,8 @@ totals as (
 
     select
         toFloat64(count()) as orders,
-        toFloat64(sum(units)) as units,
-        toFloat64(sum(amount_cents)) as spend_cents,
+        toFloat64(sum(toInt128(units))) as units,
+        toFloat64(sum(toInt128(amount_cents))) as spend_cents,
         toFloat64(uniqExact(product_id)) as products
     from {{ ref('stg_toplist__orders') }}
 
