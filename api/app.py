@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from flask import Flask, current_app, g, jsonify, request
+from flask import Flask, g, jsonify, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from api.boards import boards as boards_api
+from api.charts import charts
+from api.errors import ApiError
+from api.health import health
+from api.internal import internal
 from api.metrics import Metrics
-from api.snapshots import BoardStore, SnapshotStore
-from toplist.config import BOARDS, Config
+from api.snapshots import SnapshotStore
+from api.state import Toplist, toplist
+from api.web import web
+from toplist.boards import BOARDS
+from toplist.config import Config
 from toplist.engine import connect
 
 if TYPE_CHECKING:
@@ -21,53 +28,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class ApiError(HTTPException):
-    """An error with a machine-readable code, rendered as {"error": {"code", "message"}}."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(description=message)
-        self.code = status
-        self.error_code = code
-
-
-@dataclass
-class Toplist:
-    """What the request handlers share: configuration, the snapshot cache, the metrics, and
-    the embedded Kafka consumer when this process runs one."""
-
-    config: Config
-    store: SnapshotStore
-    metrics: Metrics = field(default_factory=Metrics)
-    ingest: KafkaIngest | None = None
-    # The other boards' snapshot caches, by board (live listeners, sale, popular).
-    boards: dict[str, BoardStore] = field(default_factory=dict)
-    # The other boards' embedded Kafka consumers, by board, when this process runs them.
-    board_ingest: dict[str, KafkaIngest] = field(default_factory=dict)
-
-    def close(self) -> None:
-        for store in (self.store, *self.boards.values()):
-            store.close()
-
-
-def toplist() -> Toplist:
-    return current_app.extensions["toplist"]
-
-
 def create_app(
     config: Config | None = None,
-    store: SnapshotStore | None = None,
     metrics: Metrics | None = None,
-    ingest: KafkaIngest | None = None,
-    board_ingest: dict[str, KafkaIngest] | None = None,
+    consumers: dict[str, KafkaIngest] | None = None,
 ) -> Flask:
     config = config or Config.from_env()
-    store = store or SnapshotStore(
-        lambda: connect(config), config.database, poll_seconds=config.cache_poll_seconds
-    )
-    app = Flask(__name__)
-    app.json.sort_keys = False
-    boards = {
-        board: BoardStore(
+    stores = {
+        board: SnapshotStore(
             board,
             lambda: connect(config),
             config.database,
@@ -75,15 +43,9 @@ def create_app(
         )
         for board in BOARDS
     }
-    app.extensions["toplist"] = Toplist(
-        config, store, metrics or Metrics(), ingest, boards, dict(board_ingest or {})
-    )
-
-    from api.boards import boards as boards_api
-    from api.charts import charts
-    from api.health import health
-    from api.internal import internal
-    from api.web import web
+    app = Flask(__name__)
+    app.json.sort_keys = False
+    app.extensions["toplist"] = Toplist(config, stores, metrics or Metrics(), dict(consumers or {}))
 
     app.register_blueprint(charts)
     app.register_blueprint(boards_api)

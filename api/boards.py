@@ -19,11 +19,12 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, jsonify, request
 
-from api.app import ApiError, toplist
-from api.charts import from_snapshot, parse_k
-from api.publisher import BoardSnapshot, iso
-from api.snapshots import Board, BoardStore
+from api.charts import current, from_snapshot, parse_k, snapshot_header
+from api.errors import ApiError
+from api.snapshots import Board, Entry, SnapshotStore
+from api.state import toplist
 from toplist.config import POPULAR_METRICS, POPULAR_WINDOWS
+from toplist.snapshots import Snapshot
 
 boards = Blueprint("boards", __name__)
 
@@ -38,37 +39,15 @@ DISTINCT_BUYERS_ERROR = (
 )
 
 
-def _store(board: str) -> BoardStore:
-    return toplist().boards[board]
+def _store(board: str) -> SnapshotStore:
+    return toplist().stores[board]
 
 
-def _snapshot(board: str) -> BoardSnapshot:
-    snapshot = _store(board).current()
-    if snapshot is None:
-        raise ApiError(
-            503,
-            "no_snapshot",
-            f"no {board} snapshot has been published yet; the board appears after the first"
-            " publication",
-        )
-    return snapshot  # type: ignore[return-value]
+def _board(snapshot: Snapshot, metric: str, window: str, scope: str) -> Board:
+    return _store(snapshot.board).board(snapshot, metric, window, scope)
 
 
-def _header(snapshot: BoardSnapshot, stale: bool) -> dict[str, object]:
-    return {
-        "as_of": iso(snapshot.as_of),
-        "snapshot_id": snapshot.snapshot_id,
-        "policy": snapshot.policy,
-        "published_at": iso(snapshot.published_at),
-        "stale": stale,
-    }
-
-
-def _board(snapshot: BoardSnapshot, metric: str, window: str, scope: str) -> Board:
-    return _store(snapshot.board).board(snapshot, metric, window, scope)  # type: ignore[arg-type]
-
-
-def _int_stats(snapshot: BoardSnapshot, *names: str) -> dict[str, int]:
+def _int_stats(snapshot: Snapshot, *names: str) -> dict[str, int]:
     return {name: int(snapshot.stats.get(name, 0)) for name in names}
 
 
@@ -76,20 +55,20 @@ def _int_stats(snapshot: BoardSnapshot, *names: str) -> dict[str, int]:
 def listeners():  # type: ignore[no-untyped-def]
     config = toplist().config
     k = parse_k(config.default_k, config.board_keep_top)
-    snapshot = _snapshot("listeners")
+    snapshot = current("listeners")
 
     def body(stale: bool) -> dict[str, object]:
         board = _board(snapshot, "listeners", "now", "global")
         return {
             "k": k,
-            **_header(snapshot, stale),
+            **snapshot_header(snapshot, None, stale),
             **_int_stats(snapshot, "users"),
             "items": [
                 {"rank": e.rank, "song_id": e.item_id, "listeners": e.score} for e in board.top(k)
             ],
         }
 
-    return from_snapshot(snapshot, ("listeners", k), body, board="listeners")
+    return from_snapshot(snapshot, ("listeners", k), body)
 
 
 _SALE = {
@@ -99,14 +78,14 @@ _SALE = {
 }
 
 
-def _sale_row(scope: str, entry) -> dict[str, object]:  # entry: a BoardEntry
+def _sale_row(scope: str, entry: Entry) -> dict[str, object]:
     _, id_field, score_field, extra = _SALE[scope]
     row: dict[str, object] = {"rank": entry.rank, id_field: entry.item_id, score_field: entry.score}
     row.update({name: int(entry.extra.get(name, 0)) for name in extra})
     return row
 
 
-def _sale_totals(snapshot: BoardSnapshot) -> dict[str, object]:
+def _sale_totals(snapshot: Snapshot) -> dict[str, object]:
     return {
         **_int_stats(snapshot, "orders", "units", "spend_cents", "products", "distinct_buyers"),
         "distinct_buyers_error": DISTINCT_BUYERS_ERROR,
@@ -117,7 +96,7 @@ def _sale_totals(snapshot: BoardSnapshot) -> dict[str, object]:
 def sale_board(scope: str):  # type: ignore[no-untyped-def]
     config = toplist().config
     k = parse_k(100, config.board_keep_top)
-    snapshot = _snapshot("sale")
+    snapshot = current("sale")
     metric = _SALE[scope][0]
 
     def body(stale: bool) -> dict[str, object]:
@@ -126,19 +105,19 @@ def sale_board(scope: str):  # type: ignore[no-untyped-def]
             "board": scope,
             "metric": metric,
             "k": k,
-            **_header(snapshot, stale),
+            **snapshot_header(snapshot, None, stale),
             "totals": _sale_totals(snapshot),
             "items": [_sale_row(scope, entry) for entry in board.top(k)],
         }
 
-    return from_snapshot(snapshot, ("sale", scope, k), body, board="sale")
+    return from_snapshot(snapshot, ("sale", scope, k), body)
 
 
 @boards.get("/v1/sale/<any(products, buyers):scope>/<path:item_id>")
 def sale_rank(scope: str, item_id: str):  # type: ignore[no-untyped-def]
-    snapshot = _snapshot("sale")
+    snapshot = current("sale")
     metric = _SALE[scope][0]
-    entry = _board(snapshot, metric, "all", scope).by_song.get(item_id)
+    entry = _board(snapshot, metric, "all", scope).by_item.get(item_id)
     if entry is None:
         what = scope[:-1]
         raise ApiError(
@@ -150,8 +129,7 @@ def sale_rank(scope: str, item_id: str):  # type: ignore[no-untyped-def]
     return from_snapshot(
         snapshot,
         ("sale", scope, "item", item_id),
-        lambda stale: {**_header(snapshot, stale), **_sale_row(scope, entry)},
-        board="sale",
+        lambda stale: {**snapshot_header(snapshot, None, stale), **_sale_row(scope, entry)},
     )
 
 
@@ -178,7 +156,7 @@ def _one_of(name: str, allowed: tuple[str, ...], default: str) -> str:
     return value
 
 
-def shown_items(store: BoardStore, item_ids: list[str]) -> dict[str, tuple[str, int]]:
+def shown_items(store: SnapshotStore, item_ids: list[str]) -> dict[str, tuple[str, int]]:
     """item_id -> (name, price_cents) of the items the catalog lets a shelf show now:
     available and not deleted, by the latest row per item."""
     if not item_ids:
@@ -199,7 +177,7 @@ def shown_items(store: BoardStore, item_ids: list[str]) -> dict[str, tuple[str, 
 @boards.get("/v1/topk")
 def topk():  # type: ignore[no-untyped-def]
     scope, metric, window, k = _shelf_args()
-    snapshot = _snapshot("popular")
+    snapshot = current("popular")
     store = _store("popular")
     board = _board(snapshot, metric, window, scope)
     shown = shown_items(store, [entry.item_id for entry in board.entries])
@@ -228,7 +206,7 @@ def topk():  # type: ignore[no-untyped-def]
             "metric": metric,
             "window": window,
             "k": k,
-            **_header(snapshot, age > toplist().config.stale_after("popular")),
+            **snapshot_header(snapshot, None, age > toplist().config.stale_after("popular")),
             "hidden": hidden,
             "items": items,
         }

@@ -15,9 +15,12 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from api.app import ApiError, toplist
-from api.publisher import BoardSnapshot, Snapshot, iso
+from api.errors import ApiError
+from api.snapshots import Board, SnapshotStore
+from api.state import toplist
+from toplist.boards import CHARTS
 from toplist.config import POLICIES, WINDOWS
+from toplist.snapshots import Snapshot, iso
 
 charts = Blueprint("charts", __name__)
 
@@ -78,15 +81,25 @@ def _policy(snapshot: Snapshot) -> str:
     return policy
 
 
-def _snapshot() -> Snapshot:
-    snapshot = toplist().store.current()
+def current(board: str) -> Snapshot:
+    """The board's current snapshot, or a 503 before its first publication."""
+    snapshot = toplist().stores[board].current()
     if snapshot is None:
         raise ApiError(
             503,
             "no_snapshot",
-            "no snapshot has been published yet; charts appear after the first publication",
+            f"no {board} snapshot has been published yet; the board appears after the first"
+            " publication",
         )
     return snapshot
+
+
+def _store() -> SnapshotStore:
+    return toplist().stores[CHARTS.name]
+
+
+def _chart(snapshot: Snapshot, policy: str, window: str, scope: str) -> Board:
+    return _store().board(snapshot, "listens", window, scope, policy)
 
 
 def snapshot_header(snapshot: Snapshot, policy: str | None, stale: bool) -> dict[str, object]:
@@ -100,15 +113,12 @@ def snapshot_header(snapshot: Snapshot, policy: str | None, stale: bool) -> dict
 
 
 def from_snapshot(
-    snapshot: Snapshot | BoardSnapshot,
-    key: tuple,
-    body: Callable[[bool], dict[str, object]],
-    board: str = "charts",
+    snapshot: Snapshot, key: tuple, body: Callable[[bool], dict[str, object]]
 ) -> Response:
     """The JSON answer `body(stale)`, cacheable until the board's next publication is due, or
     304 if unchanged. The encoded answer is kept per snapshot, request `key` and staleness,
     so a repeated read is a lookup."""
-    config = toplist().config
+    config, board = toplist().config, snapshot.board
     age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
     stale = age > config.stale_after(board)
     etag = snapshot.snapshot_id + ("-stale" if stale else "")
@@ -117,8 +127,7 @@ def from_snapshot(
     headers = {"ETag": f'"{etag}"', "Cache-Control": f"public, max-age={max_age}"}
     if request.if_none_match.contains(etag):
         return current_app.response_class(status=304, headers=headers)
-    state = toplist()
-    store = state.store if board == "charts" else state.boards[board]
+    store = toplist().stores[board]
     encoded = store.memo(snapshot, (*key, stale), lambda: jsonify(body(stale)).get_data())
     return current_app.response_class(encoded, headers=headers, mimetype="application/json")
 
@@ -126,17 +135,19 @@ def from_snapshot(
 @charts.get("/v1/charts/<scope>")
 def chart(scope: str):  # type: ignore[no-untyped-def]
     scope, window, k = _scope(scope), _window(), _k()
-    snapshot = _snapshot()
+    snapshot = current(CHARTS.name)
     policy = _policy(snapshot)
 
     def body(stale: bool) -> dict[str, object]:
-        board = toplist().store.board(snapshot, policy, window, scope)
+        board = _chart(snapshot, policy, window, scope)
         return {
             "scope": scope,
             "window": window,
             "k": k,
             **snapshot_header(snapshot, policy, stale),
-            "items": [entry.as_dict() for entry in board.top(k)],
+            "items": [
+                {"rank": e.rank, "song_id": e.item_id, "listens": e.score} for e in board.top(k)
+            ],
         }
 
     return from_snapshot(snapshot, ("chart", policy, window, scope, k), body)
@@ -145,9 +156,9 @@ def chart(scope: str):  # type: ignore[no-untyped-def]
 @charts.get("/v1/charts/<scope>/songs/<path:song_id>")
 def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
     scope, window = _scope(scope), _window()
-    snapshot = _snapshot()
+    snapshot = current(CHARTS.name)
     policy = _policy(snapshot)
-    entry = toplist().store.board(snapshot, policy, window, scope).by_song.get(song_id)
+    entry = _chart(snapshot, policy, window, scope).by_item.get(song_id)
     if entry is None:
         raise ApiError(
             404,
@@ -162,9 +173,9 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
             "scope": scope,
             "window": window,
             **snapshot_header(snapshot, policy, stale),
-            "song_id": entry.song_id,
+            "song_id": entry.item_id,
             "rank": entry.rank,
-            "listens": entry.listens,
+            "listens": entry.score,
         },
     )
 
@@ -173,7 +184,7 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
 def scopes():  # type: ignore[no-untyped-def]
     """The scopes with a board in the current snapshot, the policies it was ranked with and
     the voids it reflects (for pickers such as the web page)."""
-    snapshot = _snapshot()
+    snapshot = current(CHARTS.name)
     return from_snapshot(
         snapshot,
         ("scopes",),
@@ -181,6 +192,6 @@ def scopes():  # type: ignore[no-untyped-def]
             **snapshot_header(snapshot, None, stale),
             "policies": list(snapshot.policies),
             "void_count": snapshot.void_count,
-            "scopes": toplist().store.scopes(snapshot),
+            "scopes": _store().scopes(snapshot),
         },
     )

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, Response, jsonify
 
-from api.app import toplist
-from api.publisher import iso
-from ingest.load import STREAMS
+from api.state import toplist
+from toplist.boards import BOARDS
+from toplist.snapshots import iso
 
 health = Blueprint("health", __name__)
 
@@ -21,39 +21,29 @@ def never_cached(response: Response) -> Response:
 
 @health.get("/healthz")
 def healthz():  # type: ignore[no-untyped-def]
+    """Every board's current snapshot and every consumer this process runs, in one loop."""
     state = toplist()
-    snapshot = state.store.current()
-    body: dict[str, object] = {"status": "ok", "snapshot": None}
-    if snapshot is not None:
-        age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
-        body["snapshot"] = {
+    now = datetime.now(UTC)
+    boards: dict[str, object] = {}
+    for board, store in state.stores.items():
+        snapshot = store.current()
+        if snapshot is None:
+            boards[board] = None
+            continue
+        age = (now - snapshot.published_at).total_seconds()
+        boards[board] = {
             "snapshot_id": snapshot.snapshot_id,
             "as_of": iso(snapshot.as_of),
             "published_at": iso(snapshot.published_at),
             "age_seconds": round(age, 3),
-            "stale": age > state.config.stale_after_seconds,
+            "stale": age > state.config.stale_after(board),
             "void_count": snapshot.void_count,
         }
-    if state.metrics.last_publish_error:
-        body["last_publish_error"] = state.metrics.last_publish_error
-    body["boards"] = {}
-    for board, store in state.boards.items():
-        current = store.current()
-        if current is None:
-            body["boards"][board] = None
-            continue
-        age = (datetime.now(UTC) - current.published_at).total_seconds()
-        body["boards"][board] = {
-            "snapshot_id": current.snapshot_id,
-            "as_of": iso(current.as_of),
-            "published_at": iso(current.published_at),
-            "age_seconds": round(age, 3),
-            "stale": age > state.config.stale_after(board),
-        }
-    if state.ingest is not None:
-        body["kafka"] = _consumer_health(state.ingest)
-    if state.board_ingest:
-        body["kafka_boards"] = {b: _consumer_health(c) for b, c in state.board_ingest.items()}
+        if board in state.metrics.last_publish_error:
+            boards[board]["last_publish_error"] = state.metrics.last_publish_error[board]
+    body: dict[str, object] = {"status": "ok", "boards": boards}
+    if state.consumers:
+        body["kafka"] = {board: _consumer_health(c) for board, c in state.consumers.items()}
     return jsonify(body)
 
 
@@ -68,19 +58,25 @@ def _consumer_health(consumer) -> dict[str, object]:  # consumer: a KafkaIngest
     }
 
 
-def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
+Gauge = tuple[str, str, str, dict[str, str], float]
+
+
+def _data_gauges() -> list[Gauge]:
+    """What the engine says of every board: ingest counts, dead letters, snapshots."""
     state = toplist()
     db = state.config.database
-    gauges: list[tuple[str, str, str, dict[str, str], float]] = []
-    rows = state.store.client.query(
+    client = next(iter(state.stores.values())).client
+    gauges: list[Gauge] = []
+    rows = client.query(
         f"""
-        SELECT _source, sum(received), sum(accepted), sum(rejected),
+        SELECT board, _source, sum(received), sum(accepted), sum(rejected),
                sumIf(accepted, received_at >= now64(3) - INTERVAL 60 SECOND),
                sum(beyond_horizon)
-        FROM {db}.ingest_batches WHERE board = 'charts' GROUP BY _source ORDER BY _source
+        FROM {db}.ingest_batches GROUP BY board, _source ORDER BY board, _source
         """
     ).result_rows
-    for source, received, accepted, rejected, last_minute, beyond_horizon in rows:
+    for board, source, received, accepted, rejected, last_minute, beyond_horizon in rows:
+        labels = {"board": board, "source": source}
         for outcome, value in (
             ("accepted", accepted),
             ("duplicate", received - accepted - rejected),
@@ -90,8 +86,9 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
                 (
                     "toplist_ingest_messages_total",
                     "counter",
-                    "Listen messages ingested, by source and outcome.",
-                    {"source": source, "outcome": outcome},
+                    "Messages ingested, by board, source and outcome (a repeated playback report"
+                    " is accepted: it changes nothing).",
+                    {**labels, "outcome": outcome},
                     float(value),
                 )
             )
@@ -99,8 +96,8 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
             (
                 "toplist_ingest_rate_per_second",
                 "gauge",
-                "Accepted listen events per second over the last minute, by source.",
-                {"source": source},
+                "Accepted events per second over the last minute, by board and source.",
+                labels,
                 last_minute / 60.0,
             )
         )
@@ -110,117 +107,49 @@ def _data_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
                 "counter",
                 "Accepted events that arrived more than TOPLIST_LATE_HORIZON_SECONDS after their"
                 " event_time: kept in raw, never counted.",
-                {"source": source},
+                labels,
                 float(beyond_horizon),
             )
         )
-    dead_letters = state.store.client.command(f"SELECT count() FROM {db}.listens_dead_letters")
-    gauges.append(
-        (
-            "toplist_dead_letters",
-            "gauge",
-            "Messages in the dead-letter table.",
-            {},
-            float(dead_letters),
-        )
-    )
-    gauges += _board_gauges()
-    consumed = state.ingest.gauges() if state.ingest is not None else []
-    for board, consumer in state.board_ingest.items():
-        consumed += [
-            (n, t, h, {**labels, "board": board}, v) for n, t, h, labels, v in consumer.gauges()
-        ]
-    gauges += consumed
-    snapshot = state.store.current()
-    if snapshot is not None:
-        age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
-        gauges += [
-            (
-                "toplist_snapshot_age_seconds",
-                "gauge",
-                "Seconds since the current snapshot was published.",
-                {},
-                age,
-            ),
-            (
-                "toplist_snapshot_duration_seconds",
-                "gauge",
-                "How long the current snapshot took to publish.",
-                {},
-                snapshot.duration_ms / 1000.0,
-            ),
-            (
-                "toplist_snapshot_as_of_seconds",
-                "gauge",
-                "as_of of the current snapshot, as a Unix time.",
-                {},
-                snapshot.as_of.timestamp(),
-            ),
-            (
-                "toplist_snapshot_voids",
-                "gauge",
-                "Voided events the current snapshot reflects.",
-                {},
-                float(snapshot.void_count),
-            ),
-            (
-                "toplist_snapshot_entries",
-                "gauge",
-                "Rows in the current snapshot.",
-                {},
-                float(snapshot.entry_count),
-            ),
-        ]
-    return gauges
-
-
-def _board_gauges() -> list[tuple[str, str, str, dict[str, str], float]]:
-    """The other boards' ingest counts, dead letters and snapshot ages."""
-    state = toplist()
-    db = state.config.database
-    gauges: list[tuple[str, str, str, dict[str, str], float]] = []
-    rows = state.store.client.query(
-        f"""
-        SELECT board, _source, sum(accepted), sum(rejected) FROM {db}.ingest_batches
-        WHERE board != 'charts' GROUP BY board, _source ORDER BY board, _source
-        """
-    ).result_rows
-    for board, source, valid, rejected in rows:
-        for outcome, value in (("valid", valid), ("rejected", rejected)):
-            gauges.append(
-                (
-                    "toplist_board_messages_total",
-                    "counter",
-                    "Messages ingested for the other boards, by board, source and outcome"
-                    " (a repeated event is valid and counts once on its board).",
-                    {"board": board, "source": source, "outcome": outcome},
-                    float(value),
-                )
-            )
-    for board, store in state.boards.items():
-        stream = STREAMS[board]
-        dead = store.client.command(f"SELECT count() FROM {db}.{stream.dead_letters}")
+    for board, store in state.stores.items():
+        dead = store.client.command(f"SELECT count() FROM {db}.{BOARDS[board].dead_letters}")
         gauges.append(
             (
-                "toplist_board_dead_letters",
+                "toplist_dead_letters",
                 "gauge",
-                "Messages in each other board's dead-letter table.",
+                "Messages in each board's dead-letter table.",
                 {"board": board},
                 float(dead),
             )
         )
-        current = store.current()
-        if current is not None:
-            gauges.append(
-                (
-                    "toplist_board_snapshot_age_seconds",
-                    "gauge",
-                    "Seconds since each other board's current snapshot was published.",
-                    {"board": board},
-                    (datetime.now(UTC) - current.published_at).total_seconds(),
-                )
-            )
+        gauges += _snapshot_gauges(board, store.current())
+    for board, consumer in state.consumers.items():
+        gauges += [
+            (n, t, h, {**labels, "board": board}, v) for n, t, h, labels, v in consumer.gauges()
+        ]
     return gauges
+
+
+def _snapshot_gauges(board: str, snapshot) -> list[Gauge]:  # snapshot: a Snapshot or None
+    if snapshot is None:
+        return []
+    labels = {"board": board}
+    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
+    return [
+        ("toplist_snapshot_age_seconds", "gauge",
+         "Seconds since each board's current snapshot was published.", labels, age),
+        ("toplist_snapshot_duration_seconds", "gauge",
+         "How long each board's current snapshot took to publish.", labels,
+         snapshot.duration_ms / 1000.0),
+        ("toplist_snapshot_as_of_seconds", "gauge",
+         "as_of of each board's current snapshot, as a Unix time.", labels,
+         snapshot.as_of.timestamp()),
+        ("toplist_snapshot_voids", "gauge",
+         "Voided events each board's current snapshot reflects.", labels,
+         float(snapshot.void_count)),
+        ("toplist_snapshot_entries", "gauge",
+         "Rows in each board's current snapshot.", labels, float(snapshot.entry_count)),
+    ]  # fmt: skip
 
 
 @health.get("/metrics")

@@ -10,10 +10,12 @@ import hmac
 
 from flask import Blueprint, jsonify, request
 
-from api.app import ApiError, toplist
-from api.scheduler import publish_job
+from api.errors import ApiError
+from api.state import toplist
+from toplist.boards import CHARTS
 from toplist.corrections import void_events
 from toplist.engine import connect
+from toplist.snapshots import request_publication, wait_for_publication
 
 internal = Blueprint("internal", __name__, url_prefix="/internal")
 
@@ -79,23 +81,30 @@ def _corrections_request() -> tuple[list[str], str, bool]:
 
 @internal.post("/corrections")
 def corrections():  # type: ignore[no-untyped-def]
-    """Void events; with "publish": true, publish a corrected snapshot before answering."""
+    """Void events; with "publish": true, ask the publisher for a corrected snapshot and wait
+    for it (TOPLIST_PUBLISH_WAIT_SECONDS) before answering. The API never publishes itself."""
     ids, reason, publish = _corrections_request()
     state = toplist()
-    client = connect(state.config)
+    config = state.config
+    client = connect(config)
     try:
-        result = void_events(client, state.config.database, ids, reason)
+        result = void_events(client, config.database, ids, reason)
+        body: dict[str, object] = {**result.as_dict(), "snapshot": None}
+        if publish:
+            requested = request_publication(client, config.database, CHARTS.name, "corrections")
+            snapshot = wait_for_publication(
+                client, config.database, CHARTS.name, requested, config.publish_wait_seconds
+            )
+            if snapshot is None:
+                body["publish_error"] = (
+                    "the voids are recorded and a corrected snapshot was requested, but the"
+                    f" publisher published none within {config.publish_wait_seconds:g} s"
+                    " (is `toplist schedule` or `toplist serve --publish-every` running?);"
+                    " the next publication will include them"
+                )
+            else:
+                state.stores[CHARTS.name].invalidate()
+                body["snapshot"] = snapshot.as_dict()
     finally:
         client.close()
-    body: dict[str, object] = {**result.as_dict(), "snapshot": None}
-    if publish:
-        snapshot = publish_job(state.config, state.store, state.metrics)
-        if snapshot is None:
-            body["publish_error"] = (
-                "the voids are recorded, but the corrected snapshot could not be published"
-                f" ({state.metrics.last_publish_error}); the next scheduled publication"
-                " will include them"
-            )
-        else:
-            body["snapshot"] = snapshot.as_dict()
     return jsonify(body)

@@ -30,8 +30,8 @@ class Metrics:
         self._requests: dict[tuple[str, str], int] = defaultdict(int)
         self._latency_counts: dict[str, list[int]] = {}
         self._latency_sum: dict[str, float] = defaultdict(float)
-        self.publications = {"success": 0, "failure": 0}
-        self.last_publish_error: str | None = None
+        self.publications: dict[tuple[str, str], int] = defaultdict(int)
+        self.last_publish_error: dict[str, str] = {}  # by board, until it publishes again
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -40,11 +40,13 @@ class Metrics:
             counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
             self._latency_sum[endpoint] += seconds
 
-    def record_publication(self, ok: bool, error: str | None = None) -> None:
+    def record_publication(self, board: str, ok: bool, error: str | None = None) -> None:
         with self._lock:
-            self.publications["success" if ok else "failure"] += 1
-            if not ok:
-                self.last_publish_error = error
+            self.publications[(board, "success" if ok else "failure")] += 1
+            if ok:
+                self.last_publish_error.pop(board, None)
+            else:
+                self.last_publish_error[board] = error or "failed"
 
     def render(self, gauges: list[tuple[str, str, str, dict[str, str], float]]) -> str:
         """Render process metrics plus `gauges` as (name, type, help, labels, value)."""
@@ -63,12 +65,12 @@ class Metrics:
         for name, kind, help_text, labels, value in sorted(gauges, key=lambda gauge: gauge[0]):
             sample(name, kind, help_text, labels, value)
         with self._lock:
-            for outcome, count in self.publications.items():
+            for (board, outcome), count in sorted(self.publications.items()):
                 sample(
                     "toplist_publications_total",
                     "counter",
-                    "Snapshot publications attempted by this process, by outcome.",
-                    {"outcome": outcome},
+                    "Snapshot publications attempted by this process, by board and outcome.",
+                    {"board": board, "outcome": outcome},
                     count,
                 )
             for (endpoint, status), count in sorted(self._requests.items()):

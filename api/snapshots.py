@@ -1,4 +1,5 @@
-"""Reading the current snapshot, through a cache that follows publications.
+"""Reading a board's current snapshot, through a cache that follows publications: one store
+per board, the same for every board (the snapshot registry: toplist/snapshots.py).
 
 The registry is asked for the current snapshot at most every `cache_poll_seconds` (so API
 processes in server mode notice a publication by themselves), and at once after
@@ -16,23 +17,25 @@ from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
-from api.publisher import BoardSnapshot, Snapshot, current_board_snapshot, current_snapshot
+from toplist.snapshots import ENTRIES, Snapshot, current_snapshot
 
 
 @dataclass(frozen=True)
 class Entry:
-    rank: int
-    song_id: str
-    listens: int
+    """One row of a ranked list: its rank, item, score and the figures it carries beside."""
 
-    def as_dict(self) -> dict[str, object]:
-        return {"rank": self.rank, "song_id": self.song_id, "listens": self.listens}
+    rank: int
+    item_id: str
+    score: int
+    extra: dict[str, float]
 
 
 @dataclass
 class Board:
+    """One ranked list of a snapshot (a scope, metric, window and policy)."""
+
     entries: list[Entry]  # in rank order
-    by_song: dict[str, Entry]
+    by_item: dict[str, Entry]
     ranks: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -49,13 +52,17 @@ MEMO_LIMIT = 4096
 
 
 class SnapshotStore:
+    """The current snapshot of one board and the lists drawn from it."""
+
     def __init__(
         self,
+        name: str,
         client_factory: Callable[[], Client],
         database: str,
         poll_seconds: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.name = name
         self._client_factory = client_factory
         self._client: Client | None = None
         self._database = database
@@ -113,14 +120,17 @@ class SnapshotStore:
             return self._snapshot
 
     def _fetch_current(self) -> Snapshot | None:
-        return current_snapshot(self.client, self._database)
+        return current_snapshot(self.client, self._database, self.name)
 
-    def board(self, snapshot: Snapshot, policy: str, window: str, scope: str) -> Board:
-        key = (policy, window, scope)
+    def board(
+        self, snapshot: Snapshot, metric: str, window: str, scope: str, policy: str = "v1"
+    ) -> Board:
+        """One ranked list of the snapshot, loaded once per snapshot."""
+        key = (metric, window, scope, policy)
         with self._lock:
             board = self._boards.get(key) if self._snapshot == snapshot else None
             if board is None:
-                board = self._load(snapshot.snapshot_id, policy, window, scope)
+                board = self._load(snapshot.snapshot_id, *key)
                 if self._snapshot == snapshot:
                     self._boards[key] = board
             return board
@@ -146,65 +156,24 @@ class SnapshotStore:
                 return self._scopes
             rows = self.client.query(
                 f"""
-                SELECT DISTINCT scope FROM {self._database}.chart_entries
-                WHERE snapshot_id = {{id:String}} ORDER BY scope != 'global', scope
+                SELECT DISTINCT scope FROM {self._database}.{ENTRIES}
+                WHERE board = {{board:String}} AND snapshot_id = {{id:String}}
+                ORDER BY scope != 'global', scope
                 """,
-                parameters={"id": snapshot.snapshot_id},
+                parameters={"board": self.name, "id": snapshot.snapshot_id},
             ).result_rows
             scopes = [scope for (scope,) in rows]
             if self._snapshot == snapshot:
                 self._scopes = scopes
             return scopes
 
-    def _load(self, snapshot_id: str, policy: str, window: str, scope: str) -> Board:
+    def _load(self, snapshot_id: str, metric: str, window: str, scope: str, policy: str) -> Board:
         rows = self.client.query(
             f"""
-            SELECT rank, song_id, listens FROM {self._database}.chart_entries
-            WHERE snapshot_id = {{id:String}} AND policy = {{policy:String}}
-              AND window_name = {{window:String}} AND scope = {{scope:String}}
-            ORDER BY rank, song_id
-            """,
-            parameters={"id": snapshot_id, "policy": policy, "window": window, "scope": scope},
-        ).result_rows
-        entries = [Entry(int(rank), song_id, int(listens)) for rank, song_id, listens in rows]
-        return Board(entries, {entry.song_id: entry for entry in entries})
-
-    def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-
-
-@dataclass(frozen=True)
-class BoardEntry:
-    """One row of one of the other boards: its rank, item, score and other figures."""
-
-    rank: int
-    item_id: str
-    score: int
-    extra: dict[str, float]
-
-
-class BoardStore(SnapshotStore):
-    """The current snapshot of one of the other boards (board_snapshots, sql/0014), cached
-    like the charts'. `board(snapshot, metric, window, scope)` is one ranked list; its
-    `by_song` is keyed by the item id."""
-
-    def __init__(self, board: str, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.name = board
-
-    def _fetch_current(self) -> BoardSnapshot | None:  # type: ignore[override]
-        return current_board_snapshot(self.client, self._database, self.name)
-
-    def _load(self, snapshot_id: str, metric: str, window: str, scope: str) -> Board:
-        rows = self.client.query(
-            f"""
-            SELECT rank, item_id, score, extra FROM {self._database}.board_entries
+            SELECT rank, item_id, score, extra FROM {self._database}.{ENTRIES}
             WHERE board = {{board:String}} AND snapshot_id = {{id:String}}
               AND metric = {{metric:String}} AND window_name = {{window:String}}
-              AND scope = {{scope:String}}
+              AND scope = {{scope:String}} AND policy = {{policy:String}}
             ORDER BY rank, item_id
             """,
             parameters={
@@ -213,10 +182,17 @@ class BoardStore(SnapshotStore):
                 "metric": metric,
                 "window": window,
                 "scope": scope,
+                "policy": policy,
             },
         ).result_rows
         entries = [
-            BoardEntry(int(rank), item_id, int(score), {k: float(v) for k, v in extra.items()})
+            Entry(int(rank), item_id, int(score), {k: float(v) for k, v in extra.items()})
             for rank, item_id, score, extra in rows
         ]
-        return Board(entries, {entry.item_id: entry for entry in entries})  # type: ignore[arg-type]
+        return Board(entries, {entry.item_id: entry for entry in entries})
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None

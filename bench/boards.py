@@ -5,7 +5,7 @@ Usage: python -m bench.boards [--events N[,N...]] [--runs R]
 
 For each size, N events per board are generated (ingest/board_events.py, with their repeats
 and awkward cases) and loaded through the same path as Kafka. Then, --runs times each:
-* `publish_board` (dbt over the board's aggregates, then the atomic snapshot write);
+* `publish` (dbt over the board's aggregates, then the atomic snapshot write);
 * the baseline: the same board computed by one plain query over the raw events, without the
   aggregates, dbt or a snapshot.
 Both must give the same board (count and a hash of every row); the figure is the ratio
@@ -102,7 +102,8 @@ def fingerprint(inner: str) -> str:
 
 def load_boards(client, config, events: int, now: datetime) -> dict[str, float]:
     from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
-    from ingest.load import STREAMS, load_lines
+    from ingest.load import load_lines
+    from toplist.boards import BOARDS
 
     seconds = {}
     made = {
@@ -121,7 +122,7 @@ def load_boards(client, config, events: int, now: datetime) -> dict[str, float]:
         generated = make()
         started = time.perf_counter()
         load_lines(
-            client, config.database, generated.lines, batch_rows=100_000, stream=STREAMS[board]
+            client, config.database, generated.lines, batch_rows=100_000, board=BOARDS[board]
         )
         seconds[board] = time.perf_counter() - started
         say(f"  {board}: {len(generated.lines):,} lines loaded in {seconds[board]:.1f} s")
@@ -129,7 +130,7 @@ def load_boards(client, config, events: int, now: datetime) -> dict[str, float]:
 
 
 def measure(events: int, runs: int) -> list[dict]:
-    from api.publisher import publish_board
+    from publish.publisher import publish
     from toplist.engine import connect
     from toplist.migrate import migrate
 
@@ -152,7 +153,7 @@ def measure(events: int, runs: int) -> list[dict]:
     for board, sql in naive.items():
         # the first publication parses the dbt project: a warm-up, not counted
         publish_s, naive_s, snapshot, expected = side_by_side(
-            lambda board=board: publish_board(client, config, board, now),
+            lambda board=board: publish(client, config, now, board=board, allow_older=True),
             lambda sql=sql: client.query(fingerprint(sql)).result_rows[0],
             runs,
             warmup=1,

@@ -41,6 +41,7 @@ def _counts(client, db: str) -> dict[str, int]:
 def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
     """One measurement in this process; returns what the parent prints."""
     from ingest.load import _apply, load_lines
+    from toplist.boards import CHARTS
     from toplist.engine import connect
     from toplist.migrate import migrate
 
@@ -62,7 +63,7 @@ def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
             column_oriented=True,
         )
         started = time.perf_counter()
-        _apply(client, db, batch_id)
+        _apply(client, db, batch_id, CHARTS)
         seconds = time.perf_counter() - started
     else:
         from ingest.consumer import KafkaIngest

@@ -7,8 +7,8 @@ table `listens`, so its materialized views fill the bucket aggregates exactly as
 they spread over the 30 days before as_of, across 20 countries, with Zipf-like song
 popularity. Sizes are cumulative: one engine grows from the smallest size to the largest.
 
-publish   api.publisher.publish: the dbt models over the aggregates (every country and
-          global x 4 windows, top 1000 kept, policy v1) into chart_entries and the registry
+publish   publish.publisher.publish: the dbt models over the aggregates (every country and
+          global x 4 windows, top 1000 kept, policy v1) into board_entries and the registry
 naive     one query over the raw events: FINAL (dedup by event_id), minus voids and events
           beyond the horizon, GROUP BY scope (country and global) and song with one count per
           window, ORDER BY listens DESC, song_id, LIMIT 1000 BY window and scope
@@ -123,7 +123,7 @@ def fingerprint_sql(inner: str) -> str:
 
 
 def measure(client, config, as_of: datetime, runs: int) -> dict:
-    from api.publisher import publish
+    from publish.publisher import publish
 
     db = config.database
     publish_s, naive_s, snapshot, naive = side_by_side(
@@ -135,8 +135,9 @@ def measure(client, config, as_of: datetime, runs: int) -> dict:
     )
     published = client.query(
         fingerprint_sql(
-            f"SELECT window_name, scope, song_id, listens FROM {db}.chart_entries"
-            f" WHERE snapshot_id = '{snapshot.snapshot_id}' AND policy = 'v1'"
+            f"SELECT window_name, scope, item_id AS song_id, score AS listens"
+            f" FROM {db}.board_entries WHERE board = 'charts'"
+            f" AND snapshot_id = '{snapshot.snapshot_id}' AND policy = 'v1'"
         )
     ).result_rows[0]
     aggregate_rows = int(client.command(f"SELECT count() FROM {db}.listens_by_10m"))

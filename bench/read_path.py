@@ -35,8 +35,8 @@ SCOPE = "SE"
 
 def setup(directory: Path) -> None:
     """Child process: 1M events and one published snapshot in `directory`."""
-    from api.publisher import publish
     from bench.publication import generate
+    from publish.publisher import publish
     from toplist.engine import connect
     from toplist.migrate import migrate
 

@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
-from ingest.load import LISTENS, Stream, applied_offsets, repair_configured, write_batch
-from toplist.config import Config
+from ingest.load import applied_offsets, repair_configured, write_batch
+from toplist.boards import BOARDS, CHARTS, Board
+from toplist.config import Config, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +107,12 @@ class ConsumerStatus:
     last_batch_at: float | None = None
 
 
-def instance_id(config: Config, stream: Stream = LISTENS) -> str:
+def instance_id(config: Config, board: Board = CHARTS) -> str:
     """One stable group member per host, data directory (one process owns a directory) and
     board."""
     owner = f"{socket.gethostname()}|{config.clickhouse_url}|{config.database}"
-    if stream is not LISTENS:
-        owner += f"|{stream.board}"
+    if board.group_suffix:  # the charts' id predates the other boards
+        owner += f"|{board.name}"
     return f"toplist-{hashlib.sha1(owner.encode()).hexdigest()[:16]}"
 
 
@@ -126,14 +127,14 @@ class KafkaIngest:
         *,
         retry_backoff_seconds: float = 0.5,
         client_options: dict[str, object] | None = None,
-        stream: Stream = LISTENS,
+        board: Board = CHARTS,
     ) -> None:
         if not config.kafka_brokers:
             raise ValueError("TOPLIST_KAFKA_BROKERS is not set: there is no Kafka to consume")
         self.config = config
-        self.stream = stream
-        self.topic = config.topic(stream.board)
-        self.group = config.group(stream.board)
+        self.board = board
+        self.topic = config.topic(board.name)
+        self.group = config.group(board.name)
         self._connect = connect
         self._backoff = retry_backoff_seconds
         self._options = {
@@ -141,7 +142,7 @@ class KafkaIngest:
             "group.id": self.group,
             # Static membership: a restarted process (even after kill -9) takes its partitions
             # back at once instead of waiting out the session timeout of its dead self.
-            "group.instance.id": instance_id(config, stream),
+            "group.instance.id": instance_id(config, board),
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "queued.max.messages.kbytes": 65536,
@@ -166,7 +167,7 @@ class KafkaIngest:
 
     def start(self) -> KafkaIngest:
         self._stop.clear()
-        name = "kafka-ingest" if self.stream is LISTENS else f"kafka-ingest-{self.stream.board}"
+        name = f"kafka-ingest{self.board.group_suffix}"
         self._thread = threading.Thread(target=self.run, name=name, daemon=True)
         self._thread.start()
         return self
@@ -255,7 +256,7 @@ class KafkaIngest:
                     "_timestamp": batch.timestamps,
                     "_source": [SOURCE] * len(batch),
                 },
-                self.stream,
+                self.board,
             )
         except Exception as error:  # the engine refused: rewind, repair, take them again
             self.status.failed_batches += 1
@@ -276,8 +277,8 @@ class KafkaIngest:
     def _repair(self, client: Client) -> bool:
         """Finish any batch a crash or failed insert cut off; learn the applied offsets."""
         try:
-            repaired = repair_configured(client, self.config, self.stream)
-            self._applied = applied_offsets(client, self.config.database, self.topic, self.stream)
+            repaired = repair_configured(client, self.config, self.board)
+            self._applied = applied_offsets(client, self.config.database, self.topic, self.board)
         except Exception as error:  # the stored batch could not be applied yet: a failed retry
             self.status.failed_batches += 1
             self._record_error(f"repair of unfinished batches failed (will retry): {error}")
@@ -457,3 +458,19 @@ class KafkaIngest:
                 )
             )
         return gauges
+
+
+def start_consumers(config: Config, connect: Callable[[Config], Client]) -> dict[str, KafkaIngest]:
+    """An embedded consumer per board, started (`toplist serve --ingest`, `toplist run`)."""
+    if not config.kafka_brokers:
+        raise ConfigError("--ingest needs TOPLIST_KAFKA_BROKERS (host:port of the Kafka broker)")
+    if not config.embedded:
+        raise ConfigError(
+            "--ingest is for the embedded engine; in server mode ClickHouse's Kafka engine"
+            " consumes the topics (sql/0009, 0018, applied by `toplist migrate`)"
+        )
+    consumers = {}
+    for name, board in BOARDS.items():
+        log.info("consuming Kafka topic %s from %s", config.topic(name), config.kafka_brokers)
+        consumers[name] = KafkaIngest(config, connect, board=board).start()
+    return consumers

@@ -30,63 +30,12 @@ from typing import BinaryIO
 
 from clickhouse_connect.driver.client import Client
 
+from toplist.boards import CHARTS, Board
 from toplist.cluster import render_statement
 from toplist.config import Config
 from toplist.corrections import recount_buckets
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Stream:
-    """One board's way in: `{prefix}_incoming` (what every source writes), the batch log and
-    done list `{prefix}_incoming_log` / `{prefix}_incoming_done`, the raw events `raw` and the
-    dead letters `{prefix}_dead_letters`. `key` is the field its messages are keyed by: the
-    Kafka partition (`toplist produce`) and, on a cluster, the shard (toplist/cluster.py)."""
-
-    board: str
-    prefix: str
-    raw: str
-    what: str  # what one message is, for messages to people
-    key: str = "event_id"
-    # The ids of the events accepted, where an event counts once per event_id (the first
-    # copy wins: sql/0004, 0020); empty for playback reports, which have no event_id.
-    ids: str = ""
-
-    @property
-    def incoming(self) -> str:
-        return f"{self.prefix}_incoming"
-
-    @property
-    def log(self) -> str:
-        return f"{self.prefix}_incoming_log"
-
-    @property
-    def done(self) -> str:
-        return f"{self.prefix}_incoming_done"
-
-    @property
-    def dead_letters(self) -> str:
-        return f"{self.prefix}_dead_letters"
-
-    @property
-    def exactly_once(self) -> bool:
-        """Whether a repeated event is stopped on the way in, so that the load can tell
-        duplicates apart."""
-        return bool(self.ids)
-
-
-LISTENS = Stream("charts", "listens", "listens", "listen event", ids="listen_ids")
-STREAMS = {
-    stream.board: stream
-    for stream in (
-        LISTENS,
-        # A user's reports meet on one partition and one shard: each user counts once.
-        Stream("listeners", "playbacks", "playback_reports", "playback report", key="user_id"),
-        Stream("sale", "orders", "orders", "order event", ids="order_ids"),
-        Stream("popular", "item_events", "item_events", "item event", ids="item_event_ids"),
-    )
-}
 
 
 INCOMING_COLUMNS = [
@@ -160,42 +109,46 @@ def write_batch(
     database: str,
     batch_id: uuid.UUID,
     columns: dict[str, list],
-    stream: Stream = LISTENS,
+    board: Board = CHARTS,
 ) -> None:
     """Store one batch (column name -> values; _batch_id is added), apply it, record it done."""
     columns = {**columns, "_batch_id": [batch_id] * len(next(iter(columns.values())))}
     client.insert(
-        f"{database}.{stream.log}",
+        f"{database}.{board.log}",
         list(columns.values()),
         column_names=list(columns),
         column_oriented=True,
     )
-    _apply(client, database, batch_id, stream)
-    _record_done(client, database, batch_id, repaired=False, stream=stream)
+    _apply(client, database, batch_id, board)
+    _record_done(client, database, batch_id, repaired=False, board=board)
 
 
-def _apply(client: Client, database: str, batch_id: uuid.UUID, stream: Stream) -> None:
+def _apply(client: Client, database: str, batch_id: uuid.UUID, board: Board) -> None:
     names = ", ".join(INCOMING_COLUMNS)
-    # One reading thread keeps the stored order, so the first copy of a repeated id wins.
+    # One reading thread keeps the stored order, so the first copy of a repeated id wins. The
+    # chain's views run without short-circuit evaluation: none of their functions can throw,
+    # and with it each branch of a multiIf is evaluated apart, so the parse views read the
+    # same JSON once per JSON function instead of once per field (300k listens through the
+    # whole chain: 2.6 s instead of 4.2 s).
     client.command(
         f"""
-        INSERT INTO {database}.{stream.incoming} ({names})
-        SELECT {names} FROM {database}.{stream.log} WHERE _batch_id = {{batch_id:UUID}}
-        SETTINGS max_threads = 1
+        INSERT INTO {database}.{board.incoming} ({names})
+        SELECT {names} FROM {database}.{board.log} WHERE _batch_id = {{batch_id:UUID}}
+        SETTINGS max_threads = 1, short_circuit_function_evaluation = 'disable'
         """,
         parameters={"batch_id": batch_id},
     )
 
 
 def _record_done(
-    client: Client, database: str, batch_id: uuid.UUID, repaired: bool, stream: Stream
+    client: Client, database: str, batch_id: uuid.UUID, repaired: bool, board: Board
 ) -> None:
     client.command(
         f"""
-        INSERT INTO {database}.{stream.done}
+        INSERT INTO {database}.{board.done}
             (_batch_id, _topic, _partition, next_offset, repaired)
         SELECT _batch_id, _topic, _partition, max(_offset) + 1, {{repaired:Bool}}
-        FROM {database}.{stream.log}
+        FROM {database}.{board.log}
         WHERE _batch_id = {{batch_id:UUID}}
         GROUP BY _batch_id, _topic, _partition
         """,
@@ -204,12 +157,12 @@ def _record_done(
 
 
 def applied_offsets(
-    client: Client, database: str, topic: str, stream: Stream = LISTENS
+    client: Client, database: str, topic: str, board: Board = CHARTS
 ) -> dict[tuple[str, int], int]:
     """Per partition of `topic`, the offset up to which messages are in applied batches."""
     rows = client.query(
         f"""
-        SELECT _partition, max(next_offset) FROM {database}.{stream.done}
+        SELECT _partition, max(next_offset) FROM {database}.{board.done}
         WHERE _topic = {{topic:String}}
         GROUP BY _partition
         """,
@@ -219,13 +172,13 @@ def applied_offsets(
 
 
 def unfinished_batches(
-    client: Client, database: str, older_than_seconds: float = 0, stream: Stream = LISTENS
+    client: Client, database: str, older_than_seconds: float = 0, board: Board = CHARTS
 ) -> list:
     """Stored batches not recorded as done, oldest first (only those stored that long ago)."""
     rows = client.query(
         f"""
-        SELECT _batch_id FROM {database}.{stream.log}
-        WHERE _batch_id NOT IN (SELECT _batch_id FROM {database}.{stream.done})
+        SELECT _batch_id FROM {database}.{board.log}
+        WHERE _batch_id NOT IN (SELECT _batch_id FROM {database}.{board.done})
         GROUP BY _batch_id
         HAVING max(_received_at) <= now64(3) - toIntervalMillisecond({{age:UInt64}})
         ORDER BY min(_received_at)
@@ -239,7 +192,7 @@ def repair_unfinished(
     client: Client,
     database: str,
     older_than_seconds: float = 0,
-    stream: Stream = LISTENS,
+    board: Board = CHARTS,
     cluster: str = "",
 ) -> list[uuid.UUID]:
     """Undo and re-apply every batch a crash cut off; returns their ids.
@@ -250,47 +203,45 @@ def repair_unfinished(
     table, as the migrations are rendered (toplist/cluster.py).
     """
     repaired = []
-    for batch_id in unfinished_batches(client, database, older_than_seconds, stream):
+    for batch_id in unfinished_batches(client, database, older_than_seconds, board):
         params = {"batch_id": batch_id}
         ids = (
             f"SELECT JSONExtractString(raw_message, 'event_id')"
-            f" FROM {database}.{stream.log} WHERE _batch_id = {{batch_id:UUID}}"
+            f" FROM {database}.{board.log} WHERE _batch_id = {{batch_id:UUID}}"
         )
-        if stream.exactly_once:
-            raw = f"{database}.{stream.raw}"
+        if board.exactly_once:
+            raw = f"{database}.{board.raw}"
             undo = [
                 f"DELETE FROM {raw} WHERE event_id IN ({ids}) AND _batch_id = {{batch_id:UUID}}",
                 # Ids the batch put in the id set without its event reaching the raw table.
-                f"DELETE FROM {database}.{stream.ids} WHERE event_id IN ({ids}) AND event_id"
+                f"DELETE FROM {database}.{board.ids} WHERE event_id IN ({ids}) AND event_id"
                 f" NOT IN (SELECT event_id FROM {raw} WHERE event_id IN ({ids}))",
             ]
         else:
-            undo = [f"DELETE FROM {database}.{stream.raw} WHERE _batch_id = {{batch_id:UUID}}"]
+            undo = [f"DELETE FROM {database}.{board.raw} WHERE _batch_id = {{batch_id:UUID}}"]
         undo += [
-            f"DELETE FROM {database}.{stream.dead_letters} WHERE _batch_id = {{batch_id:UUID}}",
+            f"DELETE FROM {database}.{board.dead_letters} WHERE _batch_id = {{batch_id:UUID}}",
             f"DELETE FROM {database}.ingest_batches WHERE _batch_id = {{batch_id:UUID}}",
         ]
         for statement in undo:
             client.command(render_statement(cluster, database, statement), parameters=params)
-        _apply(client, database, batch_id, stream)
-        if stream is LISTENS:
+        _apply(client, database, batch_id, board)
+        if not board.idempotent_aggregates:
             recount_buckets(client, database, ids, params)
-        _record_done(client, database, batch_id, repaired=True, stream=stream)
-        log.warning(
-            "repaired %s batch %s, which a crash had left unfinished", stream.board, batch_id
-        )
+        _record_done(client, database, batch_id, repaired=True, board=board)
+        log.warning("repaired %s batch %s, which a crash had left unfinished", board.name, batch_id)
         repaired.append(batch_id)
     return repaired
 
 
-def repair_configured(client: Client, config: Config, stream: Stream = LISTENS) -> list[uuid.UUID]:
+def repair_configured(client: Client, config: Config, board: Board = CHARTS) -> list[uuid.UUID]:
     """`repair_unfinished` as the configuration says: its database, how old a batch must be
     before it counts as cut off (none embedded, five minutes on a server) and its cluster."""
     return repair_unfinished(
         client,
         config.database,
         config.repair_after_seconds,
-        stream,
+        board,
         cluster=config.clickhouse_cluster,
     )
 
@@ -303,7 +254,7 @@ def load_lines(
     source: str = "load",
     batch_rows: int = 50_000,
     progress: Callable[[int], None] | None = None,
-    stream: Stream = LISTENS,
+    board: Board = CHARTS,
 ) -> LoadResult:
     """Insert lines into the incoming table in batches; return the counts of the whole load.
 
@@ -318,8 +269,8 @@ def load_lines(
     result = LoadResult()
     applied_before: list[uuid.UUID] = []
     for number, chunk in enumerate(_chunks(lines, batch_rows)):
-        batch_id = content_batch_id(stream, source, number, chunk)
-        if _is_done(client, database, batch_id, stream):
+        batch_id = content_batch_id(board, source, number, chunk)
+        if _is_done(client, database, batch_id, board):
             applied_before.append(batch_id)
         else:
             write_batch(
@@ -327,7 +278,7 @@ def load_lines(
                 database,
                 batch_id,
                 {"raw_message": chunk, "_source": [source] * len(chunk)},
-                stream,
+                board,
             )
             result.batch_ids.append(batch_id)
         result.read += len(chunk)
@@ -353,25 +304,25 @@ def load_lines(
     return result
 
 
-def content_batch_id(stream: Stream, source: str, number: int, lines: list[bytes]) -> uuid.UUID:
+def content_batch_id(board: Board, source: str, number: int, lines: list[bytes]) -> uuid.UUID:
     """The id of the `number`th batch of a load from `source`, holding `lines`: the same
     lines at the same place make the same id, so a load run again (after a kill, say) finds
     the batches it already applied and applies them no second time: no second dead letter,
     no second count of what was received."""
-    digest = hashlib.sha256(f"{stream.board}\n{source}\n{number}\n{len(lines)}\n".encode())
+    digest = hashlib.sha256(f"{board.name}\n{source}\n{number}\n{len(lines)}\n".encode())
     for line in lines:
         digest.update(len(line).to_bytes(8, "little"))
         digest.update(line)
     return uuid.UUID(bytes=digest.digest()[:16], version=4)
 
 
-def _is_done(client: Client, database: str, batch_id: uuid.UUID, stream: Stream) -> bool:
+def _is_done(client: Client, database: str, batch_id: uuid.UUID, board: Board) -> bool:
     """Whether the batch was applied; a stored batch that was not is repaired first."""
     query = "SELECT count() FROM {table} WHERE _batch_id = {{batch_id:UUID}}"
     params = {"batch_id": batch_id}
-    if client.command(query.format(table=f"{database}.{stream.done}"), parameters=params):
+    if client.command(query.format(table=f"{database}.{board.done}"), parameters=params):
         return True
-    if client.command(query.format(table=f"{database}.{stream.log}"), parameters=params):
-        repair_unfinished(client, database, stream=stream)  # cut off: applied in full now
+    if client.command(query.format(table=f"{database}.{board.log}"), parameters=params):
+        repair_unfinished(client, database, board=board)  # cut off: applied in full now
         return True
     return False

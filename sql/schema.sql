@@ -5,6 +5,7 @@ CREATE TABLE ${database}.board_entries
 (
     `board` LowCardinality(String),
     `snapshot_id` String,
+    `policy` LowCardinality(String) DEFAULT 'v1',
     `scope` LowCardinality(String),
     `metric` LowCardinality(String),
     `window_name` LowCardinality(String),
@@ -27,7 +28,9 @@ CREATE TABLE ${database}.board_snapshots
     `entry_count` UInt64,
     `keep_top` UInt32,
     `duration_ms` UInt32,
-    `stats` Map(LowCardinality(String), Float64)
+    `stats` Map(LowCardinality(String), Float64),
+    `policies` Array(LowCardinality(String)) DEFAULT [policy],
+    `void_count` UInt64 DEFAULT 0
 )
 ENGINE = MergeTree
 ORDER BY (board, published_at, snapshot_id)
@@ -44,36 +47,6 @@ CREATE TABLE ${database}.catalog_items
 )
 ENGINE = ReplacingMergeTree(updated_at)
 ORDER BY item_id
-SETTINGS index_granularity = 8192;
-
-CREATE TABLE ${database}.chart_entries
-(
-    `snapshot_id` String,
-    `policy` LowCardinality(String) DEFAULT 'v1',
-    `window_name` LowCardinality(String),
-    `scope` LowCardinality(String),
-    `rank` UInt32,
-    `song_id` String,
-    `listens` UInt64
-)
-ENGINE = MergeTree
-ORDER BY (snapshot_id, window_name, scope, rank)
-SETTINGS index_granularity = 8192;
-
-CREATE TABLE ${database}.chart_snapshots
-(
-    `snapshot_id` String,
-    `as_of` DateTime('UTC'),
-    `policy` LowCardinality(String),
-    `published_at` DateTime64(3, 'UTC'),
-    `entry_count` UInt64,
-    `keep_top` UInt32,
-    `duration_ms` UInt32,
-    `policies` Array(LowCardinality(String)) DEFAULT [policy],
-    `void_count` UInt64 DEFAULT 0
-)
-ENGINE = MergeTree
-ORDER BY (published_at, snapshot_id)
 SETTINGS index_granularity = 8192;
 
 CREATE TABLE ${database}.ingest_batches
@@ -1329,6 +1302,30 @@ CROSS JOIN
     FROM ${database}.settings
     WHERE name = 'max_future_seconds'
 ) AS limits;
+
+CREATE TABLE ${database}.publication_leases
+(
+    `board` LowCardinality(String),
+    `term` UInt64,
+    `kind` LowCardinality(String),
+    `holder` String,
+    `at` DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = MergeTree
+ORDER BY (board, term, kind)
+TTL toDateTime(at) + toIntervalDay(7)
+SETTINGS non_replicated_deduplication_window = 10000, index_granularity = 8192;
+
+CREATE TABLE ${database}.publication_requests
+(
+    `board` LowCardinality(String),
+    `requested_at` DateTime64(3, 'UTC') DEFAULT now64(3),
+    `reason` String
+)
+ENGINE = MergeTree
+ORDER BY (board, requested_at)
+TTL toDateTime(requested_at) + toIntervalDay(7)
+SETTINGS index_granularity = 8192;
 
 CREATE TABLE ${database}.sale_buyers_by_product
 (

@@ -17,14 +17,17 @@ from pathlib import Path
 from werkzeug.serving import make_server
 
 from api.app import create_app
-from api.publisher import Snapshot, publish, publish_board
 from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
 from ingest.catalog import load_catalog
 from ingest.generator import Listen
-from ingest.load import STREAMS, load_lines
+from ingest.load import load_lines
+from publish.publisher import publish
+from publish.scheduler import start_scheduler
+from toplist.boards import BOARDS
 from toplist.config import Config
 from toplist.engine import connect
 from toplist.migrate import migrate
+from toplist.snapshots import Snapshot
 
 AS_OF = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 # Screenshots and reports the tests leave for people to look at (CI keeps the folder).
@@ -77,8 +80,8 @@ def load_other_boards(client, config: Config) -> None:
         ),
         ("popular", items.events(600, AS_OF - timedelta(hours=2), AS_OF).lines),
     ):
-        load_lines(client, config.database, lines, stream=STREAMS[board])
-        publish_board(client, config, board, AS_OF)
+        load_lines(client, config.database, lines, board=BOARDS[board])
+        publish(client, config, board=board, as_of=AS_OF)
 
 
 BUYER = "buyer-big-spender"
@@ -118,6 +121,9 @@ def live_api(config: Config) -> Iterator[LiveApi]:
     snapshot = publish(client, config, AS_OF)
     load_other_boards(client, config)
     app = create_app(config)
+    # The publisher beside the API, as `toplist serve --publish-every` runs it: it answers
+    # requests for a publication (corrections with "publish": true).
+    publisher = start_scheduler(config, app.extensions["toplist"].on_publication, boards=())
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="live-api", daemon=True)
     thread.start()
@@ -126,6 +132,7 @@ def live_api(config: Config) -> Iterator[LiveApi]:
     finally:
         server.shutdown()
         thread.join(10)
+        publisher.shutdown(wait=True)
         app.extensions["toplist"].close()
         client.command(f"DROP DATABASE IF EXISTS {config.database} SYNC")
         client.close()

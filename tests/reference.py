@@ -72,9 +72,9 @@ def published_boards(client, database: str, snapshot_id: str, policy: str = "v1"
     """A snapshot's boards for one policy, as `boards` gives them; checks the ranks too
     (v1: 1..n; v1-ties: tied songs share a rank)."""
     rows = client.query(
-        f"SELECT window_name, scope, rank, song_id, listens FROM {database}.chart_entries"
-        " WHERE snapshot_id = {id:String} AND policy = {policy:String}"
-        " ORDER BY window_name, scope, rank, song_id",
+        f"SELECT window_name, scope, rank, item_id, score FROM {database}.board_entries"
+        " WHERE board = 'charts' AND snapshot_id = {id:String} AND policy = {policy:String}"
+        " ORDER BY window_name, scope, rank, item_id",
         parameters={"id": snapshot_id, "policy": policy},
     ).result_rows
     result: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from api.app import create_app
-from api.publisher import PublishError, publish
-from api.scheduler import publish_job
 from ingest.generator import Listen
 from ingest.load import load_lines
+from publish.publisher import PublishError, publish
+from publish.scheduler import publish_job, start_scheduler
 
 AS_OF = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -43,7 +43,7 @@ def aggregates_missing(client, config):
 def app(client, config):
     app = create_app(config)
     yield app
-    app.extensions["toplist"].store.close()
+    app.extensions["toplist"].close()
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_503_before_the_first_snapshot(api):
     assert error_of(response)["code"] == "no_snapshot"
     assert api.get("/v1/charts/SE/songs/x").status_code == 503
     health = api.get("/healthz")
-    assert health.status_code == 200 and health.get_json()["snapshot"] is None
+    assert health.status_code == 200 and health.get_json()["boards"]["charts"] is None
 
 
 def test_chart_serves_the_snapshot_in_the_documented_shape(api, published):
@@ -159,7 +159,7 @@ def test_failed_publication_midway_keeps_the_previous_snapshot(api, client, conf
     assert body["snapshot_id"] == published.snapshot_id, "a failed run replaced the board"
     assert body["items"][0]["song_id"] == "song-00"
     leftovers = client.command(
-        f"SELECT count() FROM {config.database}.chart_entries WHERE snapshot_id != {{id:String}}",
+        f"SELECT count() FROM {config.database}.board_entries WHERE snapshot_id != {{id:String}}",
         parameters={"id": published.snapshot_id},
     )
     assert leftovers == 0, "the failed snapshot's entries were left behind"
@@ -180,12 +180,12 @@ def test_failed_publication_midway_keeps_the_previous_snapshot(api, client, conf
 def test_scheduler_job_survives_a_failure_and_reports_it(app, client, config, published):
     state = app.extensions["toplist"]
     with aggregates_missing(client, config):
-        assert publish_job(config, state.store, state.metrics) is None
-    assert state.metrics.publications["failure"] == 1
+        assert publish_job(config, "charts", state.on_publication) is None
+    assert state.metrics.publications[("charts", "failure")] == 1
     api = app.test_client()
     assert api.get("/v1/charts/SE").get_json()["snapshot_id"] == published.snapshot_id
-    assert "last_publish_error" in api.get("/healthz").get_json()
-    snapshot = publish_job(config, state.store, state.metrics)
+    assert "last_publish_error" in api.get("/healthz").get_json()["boards"]["charts"]
+    snapshot = publish_job(config, "charts", state.on_publication)
     assert snapshot is not None
     assert api.get("/v1/charts/SE").get_json()["snapshot_id"] == snapshot.snapshot_id
 
@@ -194,20 +194,22 @@ def test_stale_snapshot_is_flagged(client, config, published):
     app = create_app(replace(config, stale_after_seconds=0.000001))
     body = app.test_client().get("/v1/charts/SE").get_json()
     assert body["stale"] is True, "an old snapshot must say so"
-    app.extensions["toplist"].store.close()
+    app.extensions["toplist"].close()
 
 
 def test_healthz_and_metrics(api, published):
     health = api.get("/healthz").get_json()
     assert health["status"] == "ok"
-    assert health["snapshot"]["snapshot_id"] == published.snapshot_id
-    assert health["snapshot"]["age_seconds"] >= 0
+    assert health["boards"]["charts"]["snapshot_id"] == published.snapshot_id
+    assert health["boards"]["charts"]["age_seconds"] >= 0
+    assert set(health["boards"]) == {"charts", "listeners", "sale", "popular"}
     api.get("/v1/charts/SE")
     text = api.get("/metrics").get_data(as_text=True)
     for name in (
-        'toplist_ingest_messages_total{outcome="accepted",source="load"} 120',
+        'toplist_ingest_messages_total{board="charts",outcome="accepted",source="load"} 120',
         "toplist_ingest_rate_per_second",
-        "toplist_dead_letters 0",
+        'toplist_dead_letters{board="charts"} 0',
+        'toplist_dead_letters{board="sale"} 0',
         "toplist_snapshot_age_seconds",
         "toplist_snapshot_duration_seconds",
         'toplist_http_request_duration_seconds_count{endpoint="/v1/charts/<scope>"} 1',
@@ -225,6 +227,8 @@ def test_web_page_and_scopes(api, published):
 def test_corrections_endpoint_voids_and_publishes_a_corrected_board(client, config, published):
     app = create_app(replace(config, internal_token="s3cret"))
     api = app.test_client()
+    # The publisher, apart from the API: it answers requests for a publication.
+    publisher = start_scheduler(config, app.extensions["toplist"].on_publication, boards=())
     try:
         body = {"event_ids": [f"SE-song-00-{i}" for i in range(10)], "reason": "fraud"}
         assert api.post("/internal/corrections", json=body).status_code == 401
@@ -248,4 +252,5 @@ def test_corrections_endpoint_voids_and_publishes_a_corrected_board(client, conf
         bad = api.post("/internal/corrections", json={"event_ids": "x"}, headers=headers)
         assert bad.status_code == 400 and error_of(bad)["code"] == "invalid_event_ids"
     finally:
-        app.extensions["toplist"].store.close()
+        publisher.shutdown(wait=True)
+        app.extensions["toplist"].close()

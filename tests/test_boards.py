@@ -21,10 +21,11 @@ from boards_reference import (
 )
 
 from api.app import create_app
-from api.publisher import PublishError, publish_board
 from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
 from ingest.catalog import load_catalog
-from ingest.load import STREAMS, load_lines, repair_unfinished
+from ingest.load import load_lines, repair_unfinished
+from publish.publisher import PublishError, publish
+from toplist.boards import BOARDS
 from toplist.corrections import rebuild_board
 from toplist.migrate import migrate
 
@@ -50,7 +51,7 @@ def entries(client, db: str, snapshot_id: str) -> dict[tuple[str, str, str], lis
 def load(client, db: str, board: str, lines: list[str], chunk: int = 700) -> None:
     """In several batches, so repeats cross batch boundaries."""
     for start in range(0, len(lines), chunk):
-        load_lines(client, db, lines[start : start + chunk], stream=STREAMS[board])
+        load_lines(client, db, lines[start : start + chunk], board=BOARDS[board])
 
 
 # -- live listeners ----------------------------------------------------------------------------
@@ -82,9 +83,9 @@ def test_awkward_playbacks_count_once_per_user_and_never_negative(client, config
         '{"user_id": "u8", "playback_id": "p9", "type": "PAUSE", "version": 1}',
     ]
     random.Random(3).shuffle(lines)
-    result = load_lines(client, config.database, lines, stream=STREAMS["listeners"])
+    result = load_lines(client, config.database, lines, board=BOARDS["listeners"])
     assert (result.read, result.rejected) == (len(lines), 1)
-    snapshot = publish_board(client, config, "listeners", NOW)
+    snapshot = publish(client, config, board="listeners", as_of=NOW)
     board = entries(client, config.database, snapshot.snapshot_id)[("global", "listeners", "now")]
     assert [(item, score) for item, score, _ in board] == [("s-b", 2), ("s-a", 1), ("s-c", 1)]
     assert snapshot.stats["users"] == 4 == sum(score for _, score, _ in board)
@@ -103,7 +104,7 @@ def test_listeners_match_the_reference_after_a_shuffled_duplicated_stream(client
     assert 100 < len(truth) < 400, "the stream should leave some users listening, not all"
 
     for attempt in range(2):  # the whole stream delivered again changes nothing
-        snapshot = publish_board(client, config, "listeners", NOW)
+        snapshot = publish(client, config, board="listeners", as_of=NOW)
         board = entries(client, config.database, snapshot.snapshot_id).get(
             ("global", "listeners", "now"), []
         )
@@ -139,7 +140,7 @@ def test_listeners_count_only_the_retentions_reports_and_its_ttl_drops_the_rest(
     assert truth and truth != everything, "the retention should leave out some listeners"
 
     def published() -> list[tuple[str, int]]:
-        snapshot = publish_board(client, config, "listeners", as_of)
+        snapshot = publish(client, config, board="listeners", as_of=as_of)
         board = entries(client, db, snapshot.snapshot_id).get(("global", "listeners", "now"), [])
         assert sum(score for _, score, _ in board) == snapshot.stats["users"] == len(truth)
         return [(item, score) for item, score, _ in board]
@@ -183,7 +184,7 @@ def test_sale_boards_rank_exact_sums_and_approximate_distinct_buyers(client, con
     lines = generated.lines + [json.dumps(order) for order in tie]
     load(client, config.database, "sale", lines)
     orders = [*generated.events, *tie]
-    snapshot = publish_board(client, config, "sale", NOW)
+    snapshot = publish(client, config, board="sale", as_of=NOW)
     boards = entries(client, config.database, snapshot.snapshot_id)
     truth = sale_boards(orders)
     products = boards[("products", "units", "all")]
@@ -228,7 +229,7 @@ def test_shelves_match_the_reference_and_hide_what_the_catalog_hides(client, con
     catalog = generator.catalog()
     assert load_catalog(client, config.database, [json.dumps(r) for r in catalog]).loaded
 
-    snapshot = publish_board(client, config, "popular", NOW)
+    snapshot = publish(client, config, board="popular", as_of=NOW)
     as_of = NOW.replace(second=0)
     assert snapshot.as_of == as_of
     truth = shelves(generated.events, as_of)
@@ -280,9 +281,9 @@ def test_views_count_once_per_user_item_and_ten_minutes(client, config):
         view(4, "ann", 10), view(4, "ann", 10),  # the next bucket; a redelivery
         view(5, "bob", 59, 30),  # the last minute only
     ]  # fmt: skip
-    load_lines(client, config.database, lines, stream=STREAMS["popular"])
-    snapshot = publish_board(
-        client, config, "popular", datetime(2026, 12, 4, 12, 0, 10, tzinfo=UTC)
+    load_lines(client, config.database, lines, board=BOARDS["popular"])
+    snapshot = publish(
+        client, config, board="popular", as_of=datetime(2026, 12, 4, 12, 0, 10, tzinfo=UTC)
     )
     shelf = entries(client, config.database, snapshot.snapshot_id)
     assert [(i, s) for i, s, _ in shelf[("global", "views", "1h")]] == [("dish", 3)]
@@ -315,9 +316,9 @@ def test_a_cut_off_board_batch_is_repaired_and_counted_once(client, config):
         """,
         parameters={"id": batch_id},
     )
-    assert repair_unfinished(client, db, stream=STREAMS["sale"]) == [batch_id]
-    assert repair_unfinished(client, db, stream=STREAMS["sale"]) == []
-    snapshot = publish_board(client, config, "sale", NOW)
+    assert repair_unfinished(client, db, board=BOARDS["sale"]) == [batch_id]
+    assert repair_unfinished(client, db, board=BOARDS["sale"]) == []
+    snapshot = publish(client, config, board="sale", as_of=NOW)
     boards = entries(client, db, snapshot.snapshot_id)
     truth = sale_boards(generated.events)
     assert [(i, s) for i, s, _ in boards[("products", "units", "all")]] == truth["products"]
@@ -330,20 +331,20 @@ def test_a_failed_board_publication_keeps_the_last_snapshot(client, config):
         client,
         config.database,
         PlaybackGenerator(seed=2, users=30).history(NOW - timedelta(minutes=5), NOW).lines,
-        stream=STREAMS["listeners"],
+        board=BOARDS["listeners"],
     )
     api = create_app(config).test_client()
     assert api.get("/v1/listeners").status_code == 503
-    good = publish_board(client, config, "listeners", NOW)
+    good = publish(client, config, board="listeners", as_of=NOW)
 
     def fail(_snapshot_id: str) -> None:
         raise RuntimeError("the disk filled up")
 
     with pytest.raises(RuntimeError):
-        publish_board(client, config, "listeners", NOW, before_commit=fail)
+        publish(client, config, board="listeners", as_of=NOW, before_commit=fail)
     broken = replace(config, dbt_profiles_dir=config.dbt_profiles_dir / "missing")
     with pytest.raises(PublishError):
-        publish_board(client, broken, "listeners", NOW)
+        publish(client, broken, board="listeners", as_of=NOW)
     answer = api.get("/v1/listeners?k=2").get_json()
     assert answer["snapshot_id"] == good.snapshot_id and len(answer["items"]) == 2
     left = int(client.command(f"SELECT count() FROM {config.database}.board_entries"))
@@ -377,10 +378,10 @@ def test_a_board_rebuilt_from_raw_shows_what_its_events_say(client, config):
     )
     for board in ("listeners", "popular"):
         rebuild_board(client, db, board)
-    listeners = publish_board(client, config, "listeners", NOW)
+    listeners = publish(client, config, board="listeners", as_of=NOW)
     board = entries(client, db, listeners.snapshot_id)[("global", "listeners", "now")]
     assert [(i, s) for i, s, _ in board] == listeners_board(current_listeners(playbacks.events))
-    popular = publish_board(client, config, "popular", NOW)
+    popular = publish(client, config, board="popular", as_of=NOW)
     published = entries(client, db, popular.snapshot_id)
     truth = shelves(events.events, NOW.replace(second=0))
     assert {shelf: [(i, s) for i, s, _ in rows] for shelf, rows in published.items()} == truth

@@ -9,11 +9,11 @@ from boards_reference import current_listeners, listeners_board, sale_boards
 from kafka_support import create_topic, received, wait_for
 from test_boards import entries
 
-from api.publisher import publish_board
 from ingest.board_events import OrderGenerator, PlaybackGenerator
 from ingest.consumer import KafkaIngest
-from ingest.load import STREAMS
 from ingest.produce import produce_lines
+from publish.publisher import publish
+from toplist.boards import BOARDS
 from toplist.engine import connect
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
@@ -38,13 +38,13 @@ def test_playbacks_and_orders_on_their_own_topics_reach_their_boards(
     orders = OrderGenerator(seed=13).orders(2_000, NOW - timedelta(hours=1), NOW, malformed=2)
     for board, generated in (("listeners", playbacks), ("sale", orders)):
         create_topic(kafka_bootstrap, config.topic(board))
-        topic, key = config.topic(board), STREAMS[board].key
+        topic, key = config.topic(board), BOARDS[board].key
         sent = produce_lines(kafka_bootstrap, topic, generated.lines, key_field=key)
         assert sent.acked == len(generated.lines), sent.errors
 
     # Both consumers at once, one group and member per board (in one process).
     consumers = [
-        KafkaIngest(config, connect, stream=STREAMS[b]).start() for b in ("listeners", "sale")
+        KafkaIngest(config, connect, board=BOARDS[b]).start() for b in ("listeners", "sale")
     ]
     try:
         total = len(playbacks.lines) + len(orders.lines)
@@ -54,16 +54,16 @@ def test_playbacks_and_orders_on_their_own_topics_reach_their_boards(
             consumer.stop()
     assert {c.group for c in consumers} == {f"toplist-{db}-listeners", f"toplist-{db}-sale"}
 
-    snapshot = publish_board(client, config, "listeners", NOW)
+    snapshot = publish(client, config, board="listeners", as_of=NOW)
     board = entries(client, db, snapshot.snapshot_id)[("global", "listeners", "now")]
     truth = current_listeners(playbacks.events)
     assert [(item, score) for item, score, _ in board] == listeners_board(truth)
     assert snapshot.stats["users"] == len(truth)
-    sale = entries(client, db, publish_board(client, config, "sale", NOW).snapshot_id)
+    sale = entries(client, db, publish(client, config, board="sale", as_of=NOW).snapshot_id)
     products = [(item, score) for item, score, _ in sale[("products", "units", "all")]]
     assert products == sale_boards(orders.events)["products"]
     dead = [
-        int(client.command(f"SELECT count() FROM {db}.{STREAMS[b].dead_letters}"))
+        int(client.command(f"SELECT count() FROM {db}.{BOARDS[b].dead_letters}"))
         for b in ("listeners", "sale")
     ]
     assert dead == [playbacks.malformed, orders.malformed]

@@ -24,7 +24,7 @@ def _on_data_dir(tmp_path, argv: list[str], stdin: str | None) -> subprocess.Com
     """Python with these arguments, as a process of its own on the test's data directory.
 
     The database is pinned too: dbt runs in the test process and exports TOPLIST_DATABASE
-    there for its profiles (toplist/dbt.py), which children would otherwise inherit.
+    there for its profiles (publish/dbt.py), which children would otherwise inherit.
     """
     env = {
         **os.environ,
@@ -190,4 +190,4 @@ def test_schedule_publishes_every_board_and_stops_cleanly_on_sigterm(tmp_path):
     for board in ("listeners", "sale", "popular"):
         assert f"published {board} snapshot" in output, f"{board}: {output[-2000:]}"
     assert output.count("published listeners snapshot") >= 2, "listeners every 2 s"
-    assert "published snapshot" in output  # the charts
+    assert "published charts snapshot" in output

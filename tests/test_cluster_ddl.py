@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.load import STREAMS
+from toplist.boards import BOARDS
 from toplist.cluster import (
     EVERY_NODE,
     KEEPER_MAP,
@@ -91,6 +91,7 @@ READ_ONLY_REPLICA = 242
 UNREACHABLE = {210, 279}
 MISSING_COLUMN = {8, 47}
 UNKNOWN_TABLE = 60
+NO_SUCH_COLUMN = 16
 
 
 def test_clickhouse_creates_every_table_and_view_of_the_cluster_rendering(tmp_path):
@@ -122,6 +123,10 @@ def test_clickhouse_creates_every_table_and_view_of_the_cluster_rendering(tmp_pa
             continue
         if code in UNREACHABLE and statement.startswith("INSERT INTO"):
             continue
+        missing = re.findall(r"No such column (\w+)", failure["message"])
+        if code == NO_SUCH_COLUMN and statement.startswith("INSERT INTO"):
+            if unadded.intersection(missing):
+                continue  # a copy into a column that a read-only replica's ALTER did not add
         altered = re.match(r"ALTER TABLE toplist\.(\w+)", statement)
         if code == UNKNOWN_TABLE and altered and altered.group(1) in failed:
             continue  # a later change to a view that could not be created, as above
@@ -197,7 +202,7 @@ def test_every_sharded_table_is_local_tables_under_a_distributed_one():
     created = {name.removesuffix("_local") for name in tables}
     assert created == placed, "the placement lists name tables no migration creates"
     assert "ENGINE = KeeperMap('/toplist/settings')" in tables["settings"]
-    for stream in STREAMS.values():  # a board's shard key is the key its producers send
+    for stream in BOARDS.values():  # a board's shard key is the key its producers send
         for way_in in (stream.incoming, stream.log):
             assert SHARDED[way_in] == (
                 f"cityHash64(JSONExtractString(raw_message, '{stream.key}'))"
@@ -249,10 +254,15 @@ def test_the_crash_repair_deletes_from_every_nodes_local_tables():
         " (SELECT event_id FROM toplist.listens_incoming_log_local WHERE _batch_id = {b:UUID})"
     )
     assert render_statement("", "toplist", delete) == delete
-    for stream in STREAMS.values():  # every table the repair deletes from has a place
-        for table in (stream.raw, stream.dead_letters, "ingest_batches", "listen_ids"):
+    for stream in BOARDS.values():  # every table the repair deletes from has a place
+        for table in (
+            stream.raw,
+            stream.dead_letters,
+            "ingest_batches",
+            stream.ids or "listen_ids",
+        ):
             render_statement(CLUSTER, "toplist", f"DELETE FROM toplist.{table} WHERE 1")
-    snapshot = "DELETE FROM toplist.chart_entries WHERE snapshot_id = 'x'"
+    snapshot = "DELETE FROM toplist.board_entries WHERE snapshot_id = 'x'"
     assert render_statement(CLUSTER, "toplist", snapshot) == snapshot, "replicated: one delete"
 
 

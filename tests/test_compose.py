@@ -13,8 +13,8 @@ from xml.etree import ElementTree
 
 import pytest
 
+from publish.dbt import dbt_environment
 from toplist.config import Config
-from toplist.dbt import dbt_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"

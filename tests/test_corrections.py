@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from reference import aggregates, assert_boards_equal, boards, published_boards, totals_mismatch
 
-from api.publisher import publish
 from ingest.generator import ListenGenerator
 from ingest.load import load_lines
+from publish.publisher import publish
 from toplist.corrections import read_event_ids, rebuild_aggregates, void_events
 
 AS_OF = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

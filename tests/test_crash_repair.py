@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 from reference import assert_boards_equal, boards, published_boards, totals_mismatch
 
-from api.publisher import publish
 from ingest.generator import ListenGenerator
 from ingest.load import load_lines, repair_unfinished
+from publish.publisher import publish
 
 AS_OF = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from api.publisher import publish
 from ingest.generator import ListenGenerator
 from ingest.load import load_lines
-from toplist import dbt
+from publish import dbt
+from publish.publisher import publish
 from toplist.config import PROJECT_ROOT, Config
 from toplist.migrate import MigrationError, applied, discover, dump_schema, migrate
 

@@ -10,10 +10,10 @@ from kafka_support import create_topic, received, wait_for
 from reference import align, assert_boards_equal, boards, published_boards
 from test_pipeline import AS_OF
 
-from api.publisher import publish
 from ingest.consumer import KafkaIngest
 from ingest.generator import MALFORMED_LINES, ListenGenerator
 from ingest.produce import event_key, produce_lines
+from publish.publisher import publish
 from toplist.engine import connect
 
 ALIGNED = align(AS_OF)

@@ -86,8 +86,10 @@ def test_killed_consumer_process_loses_nothing_and_counts_nothing_twice(tmp_path
     first = subprocess.Popen(serve, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: _answers(port), 120, "the API to start")
-        wait_for(lambda: _get(port, "/healthz")["kafka"]["messages"] >= 1_000, 60, "consuming")
-        seen = _get(port, "/healthz")["kafka"]["messages"]
+        wait_for(
+            lambda: _get(port, "/healthz")["kafka"]["charts"]["messages"] >= 1_000, 60, "consuming"
+        )
+        seen = _get(port, "/healthz")["kafka"]["charts"]["messages"]
         first.send_signal(signal.SIGKILL)  # no clean stop: batches may be written, not committed
         first.wait(30)
     finally:
@@ -104,9 +106,15 @@ def test_killed_consumer_process_loses_nothing_and_counts_nothing_twice(tmp_path
         def caught_up() -> bool:
             metrics = _get(port, "/metrics")
             done = _metric(
-                metrics, "toplist_ingest_messages_total", source="kafka", outcome="accepted"
+                metrics,
+                "toplist_ingest_messages_total",
+                board="charts",
+                source="kafka",
+                outcome="accepted",
             )
-            return done >= len(batch.listens) and _get(port, "/healthz")["kafka"]["lag"] == 0
+            return (
+                done >= len(batch.listens) and _get(port, "/healthz")["kafka"]["charts"]["lag"] == 0
+            )
 
         wait_for(caught_up, 120, "the restarted consumer to catch up")
         caught_up_at = datetime.now(UTC)
@@ -116,7 +124,7 @@ def test_killed_consumer_process_loses_nothing_and_counts_nothing_twice(tmp_path
         after: set[str] = set()
 
         def started_after_catch_up() -> bool:
-            snapshot = _get(port, "/healthz")["snapshot"]
+            snapshot = _get(port, "/healthz")["boards"]["charts"]
             if snapshot and _time(snapshot["published_at"]) > caught_up_at:
                 after.add(snapshot["snapshot_id"])
             return len(after) >= 2
@@ -124,15 +132,26 @@ def test_killed_consumer_process_loses_nothing_and_counts_nothing_twice(tmp_path
         wait_for(started_after_catch_up, 120, "a snapshot started after the catch-up")
         metrics = _get(port, "/metrics")
         assert _metric(
-            metrics, "toplist_ingest_messages_total", source="kafka", outcome="accepted"
+            metrics,
+            "toplist_ingest_messages_total",
+            board="charts",
+            source="kafka",
+            outcome="accepted",
         ) == len(batch.listens), "an event was counted twice"
         assert (
-            _metric(metrics, "toplist_ingest_messages_total", source="kafka", outcome="rejected")
+            _metric(
+                metrics,
+                "toplist_ingest_messages_total",
+                board="charts",
+                source="kafka",
+                outcome="rejected",
+            )
             == batch.malformed
         )
         # The other boards' consumers run beside it, each on its own topic, and say so.
-        boards_kafka = _get(port, "/healthz")["kafka_boards"]
+        boards_kafka = _get(port, "/healthz")["kafka"]
         assert {b: c["running"] for b, c in boards_kafka.items()} == {
+            "charts": True,
             "listeners": True,
             "sale": True,
             "popular": True,

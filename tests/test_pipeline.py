@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 from reference import align, assert_boards_equal, boards, published_boards
 
-from api.publisher import current_snapshot, publish
 from ingest.generator import Listen, ListenGenerator
 from ingest.load import load_lines
+from publish.publisher import publish
+from toplist.snapshots import current_snapshot
 
 AS_OF = datetime(2026, 12, 1, 12, 7, 30, tzinfo=UTC)  # published as 12:00, the bucket start
 ALIGNED = align(AS_OF)
@@ -63,7 +64,7 @@ def test_charts_equal_reference_after_duplicates_late_events_and_bad_lines(clien
     assert result.duplicates == late.duplicates
 
     corrected = publish(client, config, ALIGNED + timedelta(minutes=10))
-    assert current_snapshot(client, config.database) == corrected
+    assert current_snapshot(client, config.database, "charts") == corrected
     assert_boards_equal(
         published_boards(client, config.database, corrected.snapshot_id),
         boards(accepted + late.listens, ALIGNED + timedelta(minutes=10)),

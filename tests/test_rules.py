@@ -15,10 +15,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from test_cli import toplist
 
-from api.publisher import PublishError, publish, publish_board
 from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
 from ingest.generator import ListenGenerator
-from ingest.load import STREAMS, load_lines
+from ingest.load import load_lines
+from publish.publisher import PublishError, publish
+from toplist.boards import BOARDS
 from toplist.migrate import migrate
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
@@ -38,7 +39,7 @@ def board_entries(client, db: str, snapshot_id: str) -> dict[tuple[str, str, str
 
 
 def load(client, db: str, board: str, lines: list[str]):
-    result = load_lines(client, db, lines, stream=STREAMS[board])
+    result = load_lines(client, db, lines, board=BOARDS[board])
     assert result.read == result.accepted + result.duplicates + result.rejected
     assert result.duplicates >= 0, "a load reported more accepted and rejected than it read"
     return result
@@ -69,7 +70,7 @@ def test_sale_first_copy_wins_within_a_load_across_loads_and_after_merges(client
     assert (second.accepted, second.duplicates) == (0, 1)
 
     def boards():
-        snapshot = publish_board(client, config, "sale", NOW)
+        snapshot = publish(client, config, board="sale", as_of=NOW)
         entries = board_entries(client, db, snapshot.snapshot_id)
         products = {
             item: (score, extra) for item, score, extra in entries[("products", "units", "all")]
@@ -100,7 +101,7 @@ def test_marketplace_counts_an_event_id_once_for_the_item_of_its_first_copy(clie
     ])  # fmt: skip
     assert (result.accepted, result.duplicates) == (2, 2)
     load(client, db, "popular", [item_event("o1", "item-c", "order")])
-    snapshot = publish_board(client, config, "popular", NOW)
+    snapshot = publish(client, config, board="popular", as_of=NOW)
     entries = board_entries(client, db, snapshot.snapshot_id)
     for scope in ("global", "city:sf", "restaurant:r1"):
         orders = [(item, score) for item, score, _ in entries[(scope, "orders", "1h")]]
@@ -145,7 +146,7 @@ def test_one_time_rule_on_every_board(client, config, board):
     assert (result.accepted, result.rejected) == (2, len(times)), (
         f"{board}: the time rule let an event through or refused a good one"
     )
-    dead_letters = f"{db}.{STREAMS[board].dead_letters}"
+    dead_letters = f"{db}.{BOARDS[board].dead_letters}"
     reasons = dict(client.query(f"SELECT raw_message, reason FROM {dead_letters}").result_rows)
     for line, moment in zip(lines, times, strict=False):
         assert reasons[line] == f"event_time: {times[moment]}" + (
@@ -160,7 +161,7 @@ def test_the_last_moment_counted_is_just_before_2106(client, config):
     relaxed = replace(config, max_future_seconds=10**10)
     migrate(client, relaxed)
     last, first_refused = 4_291_747_199_999, 4_291_747_200_000
-    for board in STREAMS:
+    for board in BOARDS:
         result = load(client, config.database, board, [
             _event(board, 1, last), _event(board, 2, "2105-12-31T23:59:59.999Z"),
             _event(board, 3, first_refused), _event(board, 4, "2105-12-31T23:00:00-01:00"),
@@ -189,7 +190,7 @@ def test_order_numbers_beyond_their_bounds_are_dead_letters_and_sums_are_exact(c
         ["units: must be an integer from 1 to 1000000"] * 3
         + ["amount_cents: must be an integer from 0 to 1000000000000"] * 4
     )
-    snapshot = publish_board(client, config, "sale", NOW)
+    snapshot = publish(client, config, board="sale", as_of=NOW)
     entries = board_entries(client, db, snapshot.snapshot_id)
     assert [(i, s) for i, s, _ in entries[("products", "units", "all")]] == [("p1", 2_000_000)]
     assert [(i, s) for i, s, _ in entries[("buyers", "spend_cents", "all")]] == [("b1", 2 * 10**12)]
@@ -201,8 +202,8 @@ def test_an_as_of_in_the_future_is_refused_and_an_older_one_needs_asking(client,
         publish(client, config, future)
     for board in ("listeners", "sale", "popular"):
         with pytest.raises(PublishError, match="in the future"):
-            publish_board(client, config, board, future)
-    assert not client.command(f"SELECT count() FROM {config.database}.chart_snapshots")
+            publish(client, config, board=board, as_of=future)
+    assert not client.command(f"SELECT count() FROM {config.database}.board_snapshots")
 
     current = publish(client, config, NOW)
     with pytest.raises(PublishError, match="older than the current snapshot"):
@@ -210,9 +211,9 @@ def test_an_as_of_in_the_future_is_refused_and_an_older_one_needs_asking(client,
     assert publish(client, config, NOW).as_of == current.as_of, "republishing the same as_of"
     older = publish(client, config, NOW - timedelta(hours=1), allow_older=True)
     assert older.as_of < current.as_of
-    publish_board(client, config, "sale", NOW)
+    publish(client, config, board="sale", as_of=NOW)
     with pytest.raises(PublishError, match="older than the current snapshot"):
-        publish_board(client, config, "sale", NOW - timedelta(hours=1))
+        publish(client, config, board="sale", as_of=NOW - timedelta(hours=1))
 
 
 def test_publish_command_refuses_a_typo_in_as_of_in_one_line(tmp_path):
@@ -270,7 +271,7 @@ def test_a_load_killed_and_run_again_counts_every_line_once(tmp_path, board):
     count = (
         "from toplist.config import Config; from toplist.engine import connect;"
         "c = Config.from_env(); db = connect(c);"
-        f"print(db.command('SELECT count() FROM toplist.{STREAMS[board].dead_letters}'),"
+        f"print(db.command('SELECT count() FROM toplist.{BOARDS[board].dead_letters}'),"
         " db.command('SELECT sum(received) FROM toplist.ingest_batches"
         f" WHERE board = \\'{board}\\''))"
     )

@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from publish.dbt import dbt_environment
 from toplist.config import PROJECT_ROOT, Config
-from toplist.dbt import dbt_environment
 
 
 def test_given_a_server_url_the_suite_skips_only_the_embedded_only_tests(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import signal
@@ -12,16 +11,14 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
-from toplist.config import BOARDS, Config, ConfigError
+from toplist.boards import BOARDS, CHARTS
+from toplist.config import Config, ConfigError
 from toplist.engine import connect, session
 
 log = logging.getLogger("toplist")
-
-# Request threads of `toplist serve` (waitress); more only adds GIL contention on 2 cores.
-API_THREADS = 4
 
 
 def _time(value: str) -> datetime:
@@ -69,11 +66,11 @@ def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_load(args: argparse.Namespace, config: Config) -> int:
-    from ingest.load import STREAMS, load_lines, read_lines, repair_configured
+    from ingest.load import load_lines, read_lines, repair_configured
     from toplist.migrate import migrate
 
     stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
-    way_in = STREAMS[args.board]
+    way_in = BOARDS[args.board]
     started = time.monotonic()
 
     def progress(read: int) -> None:
@@ -89,7 +86,7 @@ def cmd_load(args: argparse.Namespace, config: Config) -> int:
             read_lines(stream),
             batch_rows=config.load_batch_rows,
             progress=progress,
-            stream=way_in,
+            board=way_in,
         )
     if way_in.exactly_once:
         counts = f"accepted {result.accepted:,} · duplicates {result.duplicates:,}"
@@ -117,23 +114,20 @@ def cmd_catalog(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_publish(args: argparse.Namespace, config: Config) -> int:
-    from api.publisher import publish, publish_board
+    from publish.publisher import publish
     from toplist.migrate import migrate
 
     with session(config) as client:
         migrate(client, config)
-        if args.board == "charts":
-            snapshot = publish(client, config, args.as_of, allow_older=args.allow_older)
-        else:
-            snapshot = publish_board(
-                client, config, args.board, args.as_of, allow_older=args.allow_older
-            )
+        snapshot = publish(
+            client, config, args.as_of, board=args.board, allow_older=args.allow_older
+        )
     print(json.dumps(snapshot.as_dict()))
     return 0
 
 
 def cmd_void(args: argparse.Namespace, config: Config) -> int:
-    from api.publisher import publish
+    from publish.publisher import publish
     from toplist.corrections import read_event_ids, void_events
     from toplist.migrate import migrate
 
@@ -165,9 +159,11 @@ def cmd_rebuild(args: argparse.Namespace, config: Config) -> int:
             "toplist rebuild is not built for a cluster yet: its fresh tables and EXCHANGE would"
             " need their own Keeper paths on every node (docs/cluster.md)"
         )
-    if args.board != "charts":
+    if BOARDS[args.board].idempotent_aggregates:  # rebuilt whole; the charts' sums by month
         if args.start or args.end:
-            raise ConfigError("--from/--to are for the charts; another board is rebuilt whole")
+            raise ConfigError(
+                f"--from/--to are for the charts; the {args.board} board is rebuilt whole"
+            )
         with session(config) as client:
             migrate(client, config)
             rows = rebuild_board(client, config.database, args.board)
@@ -204,7 +200,7 @@ def cmd_rebuild(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_dbt(args: argparse.Namespace, config: Config) -> int:
-    from toplist import dbt
+    from publish import dbt
 
     dbt_args = list(args.dbt_args)
     if dbt_args and dbt_args[0] == "--":
@@ -215,22 +211,6 @@ def cmd_dbt(args: argparse.Namespace, config: Config) -> int:
         _say(str(error))
         return 1
     return 0
-
-
-def _kafka_ingest(config: Config, board: str = "charts"):  # -> KafkaIngest
-    """The embedded consumer of a board's topic, started; only the embedded engine needs it."""
-    from ingest.consumer import KafkaIngest
-    from ingest.load import STREAMS
-
-    if not config.kafka_brokers:
-        raise ConfigError("--ingest needs TOPLIST_KAFKA_BROKERS (host:port of the Kafka broker)")
-    if not config.embedded:
-        raise ConfigError(
-            "--ingest is for the embedded engine; in server mode ClickHouse's Kafka engine"
-            " consumes the topic (sql/0009, applied by `toplist migrate`)"
-        )
-    _say(f"consuming Kafka topic {config.topic(board)} from {config.kafka_brokers}")
-    return KafkaIngest(config, connect, stream=STREAMS[board]).start()
 
 
 def _interrupt(_signum: int, _frame: object) -> None:
@@ -245,43 +225,35 @@ def _serve(
     banner: str | None = None,
     ingest: bool = False,
 ) -> int:
+    """The API, with the publisher beside it (`--publish-every`) and every board's embedded
+    consumer (`--ingest`): each stage started, then stopped in order."""
     from api.app import create_app
-    from api.scheduler import start_scheduler
+    from api.server import serve
+    from ingest.consumer import start_consumers
+    from publish.scheduler import start_scheduler
 
-    consumer = _kafka_ingest(config) if ingest else None
-    board_consumers = {board: _kafka_ingest(config, board) for board in BOARDS} if ingest else {}
-    app = create_app(config, ingest=consumer, board_ingest=board_consumers)
+    consumers = start_consumers(config, connect) if ingest else {}
+    app = create_app(config, consumers=consumers)
     state = app.extensions["toplist"]
     scheduler = None
     if publish_every:
-        scheduler = start_scheduler(
-            replace(config, publish_interval_seconds=publish_every),
-            state.store,
-            state.metrics,
-            boards=state.boards,
-        )
-    _say(banner or f"serving the Toplist API on http://{host}:{port}/")
-    # Everything loaded so far (the engine, Flask, the app and its snapshot) lives as long as
-    # the process: out of the collector's sight, a full collection no longer walks it (one took
-    # 21 ms in a serving process with ~59k objects tracked, a pause every reader then waits out).
-    gc.collect()
-    gc.freeze()
+        every = replace(config, publish_interval_seconds=publish_every)
+        scheduler = start_scheduler(every, state.on_publication)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
     try:
-        from waitress import create_server
-
-        # A production WSGI server in the process that owns the engine: keep-alive, a fixed
-        # pool of request threads (reads are dictionary lookups in the snapshot cache). On
-        # Ctrl-C or SIGTERM it finishes the requests in flight and returns.
-        create_server(app, host=host, port=port, threads=API_THREADS, ident="toplist").run()
+        serve(
+            app,
+            host,
+            port,
+            ready=lambda: _say(banner or f"serving the Toplist API on http://{host}:{port}/"),
+        )
     finally:
         # A clean stop: each consumer writes and commits what it took, the publication under
         # way finishes, then the engine closes.
         _say("stopping ...")
-        for running in (consumer, *board_consumers.values()):
-            if running:
-                running.stop()
+        for running in consumers.values():
+            running.stop()
         if scheduler:
             scheduler.shutdown(wait=True)
         state.close()
@@ -300,19 +272,16 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
 def cmd_schedule(args: argparse.Namespace, config: Config) -> int:
     """Publish every board on its schedule, serving nothing: server mode's publisher process
     (API processes find each new snapshot by polling the registry)."""
-    from api.scheduler import start_scheduler
+    from publish.scheduler import start_scheduler
     from toplist.migrate import migrate
 
     with session(config) as client:
         migrate(client, config)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    scheduler = start_scheduler(config, boards=dict.fromkeys(BOARDS))
-    _say(
-        f"publishing the charts every {config.publish_interval_seconds:g} s and the other"
-        f" boards every {', '.join(f'{config.refresh_seconds(b):g} s' for b in BOARDS)}"
-        f" ({', '.join(BOARDS)}); Ctrl-C or SIGTERM stops"
-    )
+    scheduler = start_scheduler(config)
+    every = ", ".join(f"{board} every {config.refresh_seconds(board):g} s" for board in BOARDS)
+    _say(f"publishing {every}, and on request; Ctrl-C or SIGTERM stops")
     try:
         while not stop.wait(1.0):
             pass
@@ -322,7 +291,7 @@ def cmd_schedule(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_produce(args: argparse.Namespace, config: Config) -> int:
-    from ingest.load import STREAMS, read_lines
+    from ingest.load import read_lines
     from ingest.produce import ProduceResult, produce_lines
 
     brokers = args.brokers or config.kafka_brokers
@@ -336,7 +305,7 @@ def cmd_produce(args: argparse.Namespace, config: Config) -> int:
         rate = result.sent / max(time.monotonic() - started, 1e-9)
         _say(f"  {result.sent:,} sent · {result.acked:,} acknowledged ({rate:,.0f}/s)")
 
-    key = STREAMS[args.board].key
+    key = BOARDS[args.board].key
     _say(f"producing to {topic} at {brokers} (acks=all, idempotent, keyed by {key})")
     with stream:
         lines = read_lines(stream)
@@ -351,10 +320,8 @@ def cmd_produce(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
-    from ingest.board_events import demo_board_streams
-    from ingest.generator import ListenGenerator, demo_stream
-    from ingest.load import STREAMS, load_lines, repair_configured
-    from ingest.produce import event_key
+    from ingest.demo import DemoStream, load_history
+    from ingest.load import repair_configured
     from toplist.migrate import migrate
 
     config = replace(
@@ -366,57 +333,10 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     migrate(client, config)
     _say(f"engine: {config.clickhouse_url} (database {config.database})")
     repair_configured(client, config)
-    now = datetime.now(UTC)
-    history = ListenGenerator(seed=int(now.timestamp())).batch(
-        args.history, now - timedelta(days=8), now, malformed=10
-    )
-    _say(f"loading {len(history.lines):,} demo lines spread over the last 8 days ...")
-    result = load_lines(client, config.database, history.lines)
-    _say(
-        f"  accepted {result.accepted:,} · duplicates {result.duplicates:,}"
-        f" · rejected {result.rejected:,}"
-    )
-    _demo_boards_history(client, config, now)
-
-    stop = threading.Event()
-    kafka = bool(config.kafka_brokers)
-    if kafka:
-        from ingest.produce import producer
-
-        demo_producer = producer(config.kafka_brokers)
-
-    def send(lines: list[str], board: str = "charts") -> None:
-        if kafka:
-            for line in lines:
-                value = line.encode()
-                key = event_key(value, STREAMS[board].key)
-                demo_producer.send(config.topic(board), value, key=key)
-        else:
-            load_lines(client, config.database, lines, source="demo", stream=STREAMS[board])
-
-    def stream_demo_events() -> None:
-        cut_off = False  # a failed write may leave its batch unfinished
-        boards = demo_board_streams(seed=int(now.timestamp()) + 2)
-        for lines in demo_stream(seed=int(now.timestamp()) + 1, per_second=args.rate):
-            if stop.is_set():
-                break
-            try:
-                if cut_off:
-                    for way_in in STREAMS.values():
-                        repair_configured(client, config, way_in)
-                    cut_off = False
-                send(lines)
-                for board, board_lines in next(boards).items():
-                    send(board_lines, board)
-            except Exception:
-                log.exception("demo ingest batch failed")
-                cut_off = not kafka  # through Kafka, the consumer repairs
-            stop.wait(1.0)
-
-    streamer = threading.Thread(target=stream_demo_events, name="demo-stream", daemon=True)
-    streamer.start()
+    load_history(client, config, args.history, say=_say)
+    demo = DemoStream(client, config, args.rate).start()
     url = f"http://{args.host}:{args.port}"
-    via = f" through Kafka ({config.kafka_brokers})" if kafka else ""
+    via = f" through Kafka ({config.kafka_brokers})" if demo.kafka else ""
     banner = (
         f"\nToplist is running (embedded). Streaming ~{args.rate} demo events/s{via},"
         f" publishing every {args.publish_every:g} s.\n"
@@ -428,43 +348,21 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
         "Press Ctrl-C to stop.\n"
     )
     try:
-        return _serve(config, args.host, args.port, args.publish_every, banner, ingest=kafka)
+        return _serve(
+            config, args.host, args.port, args.publish_every, banner, ingest=bool(demo.kafka)
+        )
     finally:
-        stop.set()
-        streamer.join(timeout=5)
-        if kafka:
-            demo_producer.close(timeout=10)
+        demo.stop()
         client.close()
 
 
 def _board_argument(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--board",
-        choices=("charts", *BOARDS),
-        default="charts",
+        choices=tuple(BOARDS),
+        default=CHARTS.name,
         help=f"the board {what}: charts (listen events, the default), listeners (playback"
         " reports), sale (orders) or popular (item events)",
-    )
-
-
-def _demo_boards_history(client, config: Config, now: datetime) -> None:
-    """The other boards' demo start: the marketplace catalog (with unavailable and deleted
-    items), a day of item events, and an hour of flash-sale orders."""
-    from ingest.board_events import ItemEventGenerator, OrderGenerator
-    from ingest.catalog import load_catalog
-    from ingest.load import STREAMS, load_lines
-
-    items = ItemEventGenerator(seed=int(now.timestamp()))
-    catalog = load_catalog(client, config.database, [json.dumps(row) for row in items.catalog()])
-    events = items.events(5_000, now - timedelta(days=1), now, malformed=3)
-    orders = OrderGenerator(seed=int(now.timestamp())).orders(
-        3_000, now - timedelta(hours=1), now, malformed=2
-    )
-    load_lines(client, config.database, events.lines, source="demo", stream=STREAMS["popular"])
-    load_lines(client, config.database, orders.lines, source="demo", stream=STREAMS["sale"])
-    _say(
-        f"loaded {catalog.loaded} catalog items, {len(events.lines):,} item events and"
-        f" {len(orders.lines):,} flash-sale orders for the other boards"
     )
 
 

@@ -33,40 +33,37 @@ from __future__ import annotations
 
 import re
 
-# table -> the sharding key of its Distributed table. The way in is keyed like the events'
-# Kafka messages; tables that only the materialized views write are keyed at random (their
-# Distributed table is for reading, and for the rare direct insert of a correction).
-_BY_EVENT_ID = "cityHash64(JSONExtractString(raw_message, 'event_id'))"
-_BY_USER_ID = "cityHash64(JSONExtractString(raw_message, 'user_id'))"
+from toplist.boards import BOARDS
+
+
+# table -> the sharding key of its Distributed table. A board's way in is keyed like its
+# events' Kafka messages (the registry's `key`); tables that only the materialized views write
+# are keyed at random (their Distributed table is for reading, and for the rare direct insert
+# of a correction). Every board's tables are placed from its registry entry.
+def _by_field(field: str) -> str:
+    return f"cityHash64(JSONExtractString(raw_message, '{field}'))"
+
+
 SHARDED = {
-    "listens_incoming": _BY_EVENT_ID,
-    "listens_incoming_log": _BY_EVENT_ID,
-    "listens_incoming_done": "rand()",
-    "listens_dead_letters": "rand()",
-    "listens": "cityHash64(event_id)",
     "listen_voids": "cityHash64(event_id)",
-    "listens_by_10m": "rand()",
-    "listens_total": "rand()",
     "ingest_batches": "rand()",
-    "playbacks_incoming": _BY_USER_ID,
-    "playbacks_incoming_log": _BY_USER_ID,
-    "playbacks_incoming_done": "rand()",
-    "playbacks_dead_letters": "rand()",
-    "playback_reports": "cityHash64(user_id)",
-    "playbacks": "rand()",
-    "orders_incoming": _BY_EVENT_ID,
-    "orders_incoming_log": _BY_EVENT_ID,
-    "orders_incoming_done": "rand()",
-    "orders_dead_letters": "rand()",
-    "orders": "cityHash64(event_id)",
-    "sale_buyers_by_product": "rand()",
-    "item_events_incoming": _BY_EVENT_ID,
-    "item_events_incoming_log": _BY_EVENT_ID,
-    "item_events_incoming_done": "rand()",
-    "item_events_dead_letters": "rand()",
-    "item_events": "cityHash64(event_id)",
-    "item_activity_by_minute": "rand()",
 }
+NODE_LOCAL: set[str] = set()
+for _board in BOARDS.values():
+    SHARDED.update(
+        {
+            _board.incoming: _by_field(_board.key),
+            _board.log: _by_field(_board.key),
+            _board.done: "rand()",
+            _board.dead_letters: "rand()",
+            _board.raw: f"cityHash64({_board.key})",
+        }
+    )
+    SHARDED.update({table: "rand()" for table, _ in _board.aggregates})
+    # The Null table between parse and raw, the Kafka engine table, the id set.
+    NODE_LOCAL |= {f"{_board.prefix}_parsed", f"{_board.prefix}_kafka"}
+    NODE_LOCAL |= {_board.ids} if _board.ids else set()
+
 EVERY_NODE = {
     "schema_migrations",
     "chart_entries",
@@ -74,19 +71,8 @@ EVERY_NODE = {
     "board_entries",
     "board_snapshots",
     "catalog_items",
-}
-NODE_LOCAL = {
-    "listens_parsed",
-    "listen_ids",
-    "order_ids",
-    "item_event_ids",
-    "listens_kafka",
-    "playbacks_parsed",
-    "playbacks_kafka",
-    "orders_parsed",
-    "orders_kafka",
-    "item_events_parsed",
-    "item_events_kafka",
+    "publication_leases",
+    "publication_requests",
 }
 KEEPER_MAP = {"settings"}
 
@@ -105,6 +91,7 @@ _CREATE_FUNCTION = re.compile(
 )
 _CREATE_DATABASE = re.compile(r"^CREATE DATABASE (IF NOT EXISTS )?(?P<name>\w+)$")
 _ALTER = re.compile(r"^ALTER TABLE (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>.*)$", re.S)
+_DROP = re.compile(r"^DROP TABLE (IF EXISTS )?(?P<db>\w+)\.(?P<name>\w+)$")
 _DELETE = re.compile(r"^DELETE FROM (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>WHERE .*)$", re.S)
 _COLUMN_CHANGE = re.compile(r"^(ADD|DROP|MODIFY|RENAME|COMMENT) COLUMN\b")
 
@@ -218,6 +205,7 @@ class ClusterRenderer:
             (self._function, _CREATE_FUNCTION),
             (self._alter, _ALTER),
             (self._delete, _DELETE),
+            (self._drop, _DROP),
         ):
             match = pattern.match(sql)
             if match:
@@ -293,6 +281,12 @@ class ClusterRenderer:
         if self._place(name) == "every node":
             return [f"DELETE FROM {db}.{name} {rest}"]  # replicated: one node deletes for all
         return [f"DELETE FROM {db}.{self.local(name)} {self.on_cluster} {self._localize(rest)}"]
+
+    def _drop(self, match: re.Match[str]) -> list[str]:
+        db, name = match.group("db"), match.group("name")
+        self._place(name)
+        names = [name, self.local(name)] if name in SHARDED else [name]
+        return [f"DROP TABLE IF EXISTS {db}.{table} {self.on_cluster} SYNC" for table in names]
 
 
 def render_statement(cluster: str, database: str, statement: str) -> str:

@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from toplist.boards import board as find_board
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = Path.cwd() / ".toplist" / "chdb"
 
 WINDOWS = ("1h", "24h", "7d", "all")
-# The other boards (DESIGN.md "The other boards"), each with its own topic and refresh.
-BOARDS = ("listeners", "sale", "popular")
 # The marketplace shelves' windows (macros/windows.sql) and metrics.
 POPULAR_WINDOWS = ("1m", "1h", "1d")
 POPULAR_METRICS = ("views", "orders")
@@ -124,6 +124,8 @@ class Config:
     max_future_seconds: int = 86_400
     # Raw events expire this many days after their event_time; 0 keeps them for good.
     raw_ttl_days: int = 0
+    # How long a correction with "publish": true waits for the publisher's new snapshot.
+    publish_wait_seconds: float = 30.0
     # Bearer token for /internal/* (corrections). Empty: the internal endpoints refuse all.
     internal_token: str = field(default="", repr=False)
     dbt_project_dir: Path = PROJECT_ROOT
@@ -181,29 +183,29 @@ class Config:
             if not _KAFKA_NAME.fullmatch(value):
                 raise ConfigError(f"{name} must match [A-Za-z0-9._-]{{1,249}}, got {value!r}")
 
+    # A board's own settings, by the names its registry entry gives (toplist/boards.py).
+
     def topic(self, board: str) -> str:
-        """The Kafka topic of a board ('charts' or one of BOARDS)."""
-        return self.kafka_topic if board == "charts" else getattr(self, f"kafka_topic_{board}")
+        """The Kafka topic of a board."""
+        return getattr(self, find_board(board).topic_setting)
 
     def group(self, board: str) -> str:
         """The consumer group of a board's topic."""
-        return self.kafka_group if board == "charts" else f"{self.kafka_group}-{board}"
+        return self.kafka_group + find_board(board).group_suffix
 
     def refresh_seconds(self, board: str) -> float:
         """How often a board is published."""
-        if board == "charts":
-            return self.publish_interval_seconds
-        return getattr(self, f"{board}_refresh_seconds")
+        return getattr(self, find_board(board).refresh_setting)
 
     def stale_after(self, board: str) -> float:
-        """When a board's snapshot is reported stale: the charts' setting, or three missed
-        refreshes of another board."""
-        if board == "charts":
-            return self.stale_after_seconds
-        return 3 * self.refresh_seconds(board)
+        """When a board's snapshot is reported stale: its own setting, or three missed
+        refreshes."""
+        setting = find_board(board).stale_setting
+        return getattr(self, setting) if setting else 3 * self.refresh_seconds(board)
 
     def keep_top_of(self, board: str) -> int:
-        return self.popular_keep_top if board == "popular" else self.board_keep_top
+        """How many rows a snapshot of a board keeps per list."""
+        return getattr(self, find_board(board).keep_top_setting)
 
     @property
     def embedded(self) -> bool:
@@ -284,6 +286,9 @@ class Config:
                 env, "TOPLIST_MAX_FUTURE_SECONDS", base.max_future_seconds, minimum=0
             ),
             raw_ttl_days=_int(env, "TOPLIST_RAW_TTL_DAYS", base.raw_ttl_days, minimum=0),
+            publish_wait_seconds=_float(
+                env, "TOPLIST_PUBLISH_WAIT_SECONDS", base.publish_wait_seconds
+            ),
             internal_token=env.get("TOPLIST_INTERNAL_TOKEN", base.internal_token).strip(),
         )
         if config.embedded and not env.get("TOPLIST_CACHE_POLL_SECONDS"):

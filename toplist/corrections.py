@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 
+from toplist.boards import board as find_board
+
 log = logging.getLogger(__name__)
 
 VOID_CHUNK = 10_000
@@ -294,16 +296,9 @@ def rebuild_aggregates(
     return result
 
 
-# Each other board's aggregate, and the materialized view that fills it from the raw events.
-BOARD_AGGREGATES = {
-    "listeners": ("playbacks", "playbacks_mv"),
-    "sale": ("sale_buyers_by_product", "sale_buyers_by_product_mv"),
-    "popular": ("item_activity_by_minute", "item_activity_by_minute_mv"),
-}
-
-
 def rebuild_board(client: Client, database: str, board: str) -> int:
-    """Recompute one other board's aggregate from its raw events; returns its rows.
+    """Recompute a board's aggregate from its raw events (one whose aggregates a repeated
+    event cannot change: toplist/boards.py); returns its rows.
 
     The aggregate is rebuilt whole, by the query of the very view that fills it (read back
     from the engine, so the rule stays in its migration), into a fresh table swapped in with
@@ -311,9 +306,12 @@ def rebuild_board(client: Client, database: str, board: str) -> int:
     copies change nothing. Pause the board's ingestion while it runs, as for the charts.
     (The sale's sums need no rebuild: they are taken from the raw orders when published.)
     """
-    if board not in BOARD_AGGREGATES:
-        raise ValueError(f"unknown board {board!r}; known: {', '.join(BOARD_AGGREGATES)}")
-    table, view = BOARD_AGGREGATES[board]
+    spec = find_board(board)
+    if not spec.idempotent_aggregates:
+        raise ValueError(
+            f"the {board} board's aggregates are rebuilt by month (rebuild_aggregates)"
+        )
+    ((table, view),) = spec.aggregates
     rows = client.query(
         "SELECT as_select FROM system.tables WHERE database = {db:String} AND name = {view:String}",
         parameters={"db": database, "view": view},

@@ -1727,3 +1727,51 @@ GROUP BY _batch_id, _source;
 
 ALTER TABLE toplist.board_entries ON CLUSTER 'toplist'
 MODIFY COLUMN score Int128;
+
+-- 0021_one_snapshot_registry.sql
+
+ALTER TABLE toplist.board_entries ON CLUSTER 'toplist'
+ADD COLUMN IF NOT EXISTS policy LowCardinality(String) DEFAULT 'v1' AFTER snapshot_id;
+
+ALTER TABLE toplist.board_snapshots ON CLUSTER 'toplist'
+ADD COLUMN IF NOT EXISTS policies Array(LowCardinality(String)) DEFAULT [policy],
+    ADD COLUMN IF NOT EXISTS void_count UInt64 DEFAULT 0;
+
+INSERT INTO toplist.board_entries
+    (board, snapshot_id, policy, scope, metric, window_name, rank, item_id, score, extra)
+SELECT 'charts', snapshot_id, policy, scope, 'listens', window_name, rank, song_id, listens, map()
+FROM toplist.chart_entries;
+
+INSERT INTO toplist.board_snapshots
+    (board, snapshot_id, as_of, policy, published_at, entry_count, keep_top, duration_ms, stats,
+     policies, void_count)
+SELECT 'charts', snapshot_id, as_of, policy, published_at, entry_count, keep_top, duration_ms,
+    map(), policies, void_count
+FROM toplist.chart_snapshots;
+
+DROP TABLE IF EXISTS toplist.chart_entries ON CLUSTER 'toplist' SYNC;
+
+DROP TABLE IF EXISTS toplist.chart_snapshots ON CLUSTER 'toplist' SYNC;
+
+CREATE TABLE IF NOT EXISTS toplist.publication_leases ON CLUSTER 'toplist'
+(
+    board LowCardinality(String),
+    term UInt64,
+    kind LowCardinality(String),
+    holder String,
+    at DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/toplist/publication_leases', '{replica}')
+ORDER BY (board, term, kind)
+TTL toDateTime(at) + INTERVAL 7 DAY
+SETTINGS non_replicated_deduplication_window = 10000;
+
+CREATE TABLE IF NOT EXISTS toplist.publication_requests ON CLUSTER 'toplist'
+(
+    board LowCardinality(String),
+    requested_at DateTime64(3, 'UTC') DEFAULT now64(3),
+    reason String
+)
+ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/toplist/publication_requests', '{replica}')
+ORDER BY (board, requested_at)
+TTL toDateTime(requested_at) + INTERVAL 7 DAY;

@@ -30,6 +30,7 @@ ranked as (
 )
 
 select
+    'v1' as policy,
     'global' as scope,
     'listeners' as metric,
     'now' as window_name,

@@ -26,6 +26,8 @@ totals as (
 
 select
     as_of.as_of as as_of,
+    'v1' as policy,
+    ['v1'] as policies,
     map('users', totals.users, 'songs', totals.songs) :: Map(LowCardinality(String), Float64) as stats
 from as_of
 cross join totals

@@ -20,6 +20,7 @@ ranked as (
 )
 
 select
+    'v1' as policy,
     scope,
     metric,
     window_name,

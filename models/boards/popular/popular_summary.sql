@@ -25,6 +25,8 @@ totals as (
 
 select
     as_of.as_of as as_of,
+    'v1' as policy,
+    ['v1'] as policies,
     map(
         'views_1h', totals.views_1h,
         'orders_1h', totals.orders_1h,

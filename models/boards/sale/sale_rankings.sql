@@ -57,4 +57,4 @@ final as (
 
 )
 
-select scope, metric, 'all' as window_name, rank, item_id, score, extra from final
+select 'v1' as policy, scope, metric, 'all' as window_name, rank, item_id, score, extra from final

@@ -32,6 +32,8 @@ buyers as (
 
 select
     as_of.as_of as as_of,
+    'v1' as policy,
+    ['v1'] as policies,
     map(
         'orders', totals.orders,
         'units', totals.units,

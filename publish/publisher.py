@@ -1,0 +1,260 @@
+"""Publishing a snapshot of a board: run its dbt rankings at an as_of, then make them
+current atomically. One path for every board (toplist/boards.py names each board's models).
+
+Order of work, and why a failure anywhere leaves the previous snapshot current:
+1. the publisher takes the board's lease (publish/lease.py): two publishers of one board,
+   in one process or several, never interleave, since they share dbt's model tables;
+2. when the lease's last holder died (and once per process), it removes the entries that a
+   publication killed before its registry row left behind;
+3. dbt builds the board's rankings and summary (and the models they need) for the as_of;
+4. the rankings are copied into `board_entries` under a new snapshot_id, and counted back;
+5. only then the registry row goes into `board_snapshots`. Readers follow registry rows
+   only, so until step 5 nobody sees the new entries; a failed run deletes what it wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from clickhouse_connect.driver.client import Client
+
+from publish import dbt
+from publish.lease import publication_lease
+from toplist.boards import CHARTS, Board
+from toplist.boards import board as find_board
+from toplist.config import Config
+from toplist.snapshots import (
+    COLUMN_NAMES,
+    ENTRIES,
+    REGISTRY,
+    Snapshot,
+    current_snapshot,
+    iso,
+    registry_row,
+    utc,
+)
+
+log = logging.getLogger(__name__)
+
+_publish_lock = threading.Lock()  # the lease is per board; one dbt run at a time per process
+# The boards whose unregistered entries this process has looked for (once, then only after a
+# publisher died holding the board's lease).
+_swept: set[tuple[str, str]] = set()  # (database, board)
+
+
+class PublishError(RuntimeError):
+    """A publication did not complete; the previous snapshot stays current."""
+
+
+def check_as_of(as_of: datetime | None, current: datetime | None, allow_older: bool) -> None:
+    """Refuse an as_of in the future (a typo would publish empty windows, served as current)
+    and, unless `allow_older`, one older than the current snapshot's (which would replace it
+    with an earlier view). The current as_of is aligned, so comparing before alignment is
+    the same as after."""
+    if as_of is None:
+        return
+    now = datetime.now(UTC)
+    if utc(as_of) > now:
+        raise PublishError(
+            f"as_of {iso(utc(as_of))} is in the future (now {iso(now)}); nothing was published"
+        )
+    if current is not None and utc(as_of) < current and not allow_older:
+        raise PublishError(
+            f"as_of {iso(utc(as_of))} is older than the current snapshot's ({iso(current)});"
+            " ask for it explicitly (--allow-older) to publish it"
+        )
+
+
+def dbt_vars(config: Config, as_of: datetime | None) -> dict[str, object]:
+    """What every board's models read from the configuration (dbt_project.yml `vars`)."""
+    values: dict[str, object] = {
+        "policy": config.policy,
+        "policies": list(config.policies),
+        "keep_top": config.keep_top,
+        "board_keep_top": config.board_keep_top,
+        "popular_keep_top": config.popular_keep_top,
+        "listeners_expiry_seconds": config.listeners_expiry_seconds,
+        "listeners_retention_hours": config.listeners_retention_hours,
+    }
+    if as_of is not None:
+        values["as_of"] = values["board_as_of"] = utc(as_of).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return values
+
+
+def publish(
+    client: Client,
+    config: Config,
+    as_of: datetime | None = None,
+    *,
+    board: str = CHARTS.name,
+    before_commit: Callable[[str], None] | None = None,
+    allow_older: bool = False,
+) -> Snapshot:
+    """Rank `board` at `as_of` (default now; aligned as the board's models align it) and
+    publish one snapshot of it.
+
+    `before_commit` runs after the entries are written and before the snapshot becomes
+    current; an exception there aborts the publication like any other failure would. An
+    as_of in the future is refused, and so is one older than the current snapshot's unless
+    `allow_older` (`check_as_of`).
+    """
+    spec = find_board(board)
+    with _publish_lock, publication_lease(client, config, spec.name) as lease:
+        current = current_snapshot(client, config.database, spec.name)
+        check_as_of(as_of, current.as_of if current else None, allow_older)
+        if lease.after_crash or (config.database, spec.name) not in _swept:
+            discard_unregistered(client, config.database, spec.name)
+            _swept.add((config.database, spec.name))
+        snapshot = _publish(client, config, spec, as_of, before_commit)
+        _prune(client, config, spec.name)
+    return snapshot
+
+
+def _publish(
+    client: Client,
+    config: Config,
+    board: Board,
+    as_of: datetime | None,
+    before_commit: Callable[[str], None] | None,
+) -> Snapshot:
+    db = config.database
+    started = time.monotonic()
+    # Read before ranking: every void counted here is reflected in the snapshot (one made
+    # while the ranking runs may be reflected too, and is counted by the next snapshot).
+    void_count = (
+        int(client.command(f"SELECT uniqExact(event_id) FROM {db}.{board.voids}"))
+        if board.voids
+        else 0
+    )
+    try:
+        dbt.invoke(
+            config,
+            [
+                "run",
+                "--select",
+                f"+{board.rankings} +{board.summary}",
+                "--vars",
+                repr(dbt_vars(config, as_of)),
+            ],
+            quiet=True,
+            reuse_parse=True,
+        )
+    except dbt.DbtError as error:
+        raise PublishError(
+            f"{board.name}: ranking failed, nothing was published: {error}"
+        ) from error
+
+    aligned, policy, policies, stats = client.query(
+        f"SELECT as_of, policy, policies, stats FROM {db}.{board.summary}"
+    ).result_rows[0]
+    aligned = utc(aligned)
+    snapshot_id = f"{board.name}-{aligned:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
+    try:
+        client.command(
+            f"""
+            INSERT INTO {db}.{ENTRIES}
+                (board, snapshot_id, policy, scope, metric, window_name, rank, item_id, score,
+                 extra)
+            SELECT {{board:String}}, {{snapshot_id:String}}, {board.entry_columns}
+            FROM {db}.{board.rankings}
+            """,
+            parameters={"board": board.name, "snapshot_id": snapshot_id},
+        )
+        expected = int(client.command(f"SELECT count() FROM {db}.{board.rankings}"))
+        written = int(
+            client.command(
+                f"SELECT count() FROM {db}.{ENTRIES}"
+                " WHERE board = {board:String} AND snapshot_id = {id:String}",
+                parameters={"board": board.name, "id": snapshot_id},
+            )
+        )
+        if written != expected:
+            raise PublishError(f"wrote {written} entries for {snapshot_id}, expected {expected}")
+        if before_commit:
+            before_commit(snapshot_id)
+        now = datetime.now(UTC)  # stored to the millisecond, so keep no more than that
+        snapshot = Snapshot(
+            board=board.name,
+            snapshot_id=snapshot_id,
+            as_of=aligned,
+            policy=policy,
+            published_at=now.replace(microsecond=now.microsecond // 1000 * 1000),
+            entry_count=written,
+            keep_top=config.keep_top_of(board.name),
+            duration_ms=int((time.monotonic() - started) * 1000),
+            policies=tuple(policies),
+            void_count=void_count,
+            stats={name: float(value) for name, value in stats.items()},
+        )
+        client.insert(f"{db}.{REGISTRY}", [registry_row(snapshot)], column_names=COLUMN_NAMES)
+    except Exception:
+        _discard_entries(client, db, board.name, snapshot_id)
+        raise
+    log.info(
+        "published %s snapshot %s (as_of %s, policies %s, %d entries, %d voids, %d ms)",
+        board.name,
+        snapshot_id,
+        iso(aligned),
+        ",".join(policies),
+        written,
+        void_count,
+        snapshot.duration_ms,
+    )
+    return snapshot
+
+
+def _discard_entries(client: Client, db: str, board: str, snapshot_id: str) -> None:
+    try:
+        client.command(
+            f"DELETE FROM {db}.{ENTRIES}"
+            " WHERE board = {board:String} AND snapshot_id = {id:String}",
+            parameters={"board": board, "id": snapshot_id},
+        )
+    except Exception:  # the registry never names it; the next publication removes it
+        log.exception("could not remove the entries of failed snapshot %s", snapshot_id)
+
+
+def discard_unregistered(client: Client, database: str, board: str) -> int:
+    """Remove the entries no registry row names: what a publication killed before its
+    registry row left behind (run under the board's lease, so none is being written now)."""
+    unregistered = f"""
+        board = {{board:String}} AND snapshot_id NOT IN (
+            SELECT snapshot_id FROM {database}.{REGISTRY} WHERE board = {{board:String}})
+    """
+    params = {"board": board}
+    left = int(
+        client.command(
+            f"SELECT count() FROM {database}.{ENTRIES} WHERE {unregistered}", parameters=params
+        )
+    )
+    if left:
+        client.command(f"DELETE FROM {database}.{ENTRIES} WHERE {unregistered}", parameters=params)
+        log.warning("removed %d %s entries that no published snapshot names", left, board)
+    return left
+
+
+def _prune(client: Client, config: Config, board: str) -> None:
+    """Keep the newest `snapshot_retention` snapshots of `board`; older ones are deleted."""
+    db = config.database
+    stale = client.query(
+        f"""
+        SELECT snapshot_id FROM {db}.{REGISTRY} WHERE board = {{board:String}}
+        ORDER BY published_at DESC, snapshot_id DESC
+        LIMIT 1000000 OFFSET {{keep:UInt32}}
+        """,
+        parameters={"keep": config.snapshot_retention, "board": board},
+    ).result_rows
+    if not stale:
+        return
+    ids = [row[0] for row in stale]
+    for table in (REGISTRY, ENTRIES):  # the registry row first: readers never see it half gone
+        client.command(
+            f"DELETE FROM {db}.{table} WHERE board = {{board:String}}"
+            " AND snapshot_id IN {ids:Array(String)}",
+            parameters={"board": board, "ids": ids},
+        )

@@ -1,0 +1,109 @@
+"""The snapshot schedule: an APScheduler job per board that publishes it on its own refresh
+(toplist/boards.py names the setting), and one that answers requests for a publication (a
+correction with "publish": true) within a second.
+
+Jobs are plain functions that tests call directly; a failed publication is logged and
+reported, and the last good snapshot stays current.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from publish.publisher import publish
+from toplist.boards import BOARDS
+from toplist.config import Config
+from toplist.engine import connect
+from toplist.snapshots import Snapshot, current_snapshot
+
+log = logging.getLogger(__name__)
+
+REQUESTS_JOB_ID = "publish-requested"
+
+# Told of every publication: (board, the snapshot or None, the error when it failed). The API
+# process uses it to refresh its cache at once and to count publications in /metrics.
+Listener = Callable[[str, Snapshot | None, str | None], None]
+
+
+def publish_job(config: Config, board: str, listener: Listener | None = None) -> Snapshot | None:
+    """Publish one snapshot of `board` now; on failure log it and keep the last good one."""
+    client = connect(config)
+    try:
+        snapshot = publish(client, config, board=board)
+    except Exception as error:  # a failed run must never take the current board down
+        log.exception("%s publication failed; the previous snapshot stays current", board)
+        if listener:
+            listener(board, None, f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} {error}")
+        return None
+    finally:
+        client.close()
+    if listener:
+        listener(board, snapshot, None)
+    return snapshot
+
+
+def requested_boards(config: Config) -> list[str]:
+    """The boards with a publication requested since their current snapshot began."""
+    client = connect(config)
+    try:
+        rows = client.query(
+            f"SELECT board, max(requested_at) FROM {config.database}.publication_requests"
+            " GROUP BY board"
+        ).result_rows
+        due = []
+        for board, requested_at in rows:
+            if board not in BOARDS:
+                continue
+            current = current_snapshot(client, config.database, board)
+            if current is None or current.started_at < requested_at.replace(tzinfo=UTC).timestamp():
+                due.append(board)
+        return due
+    finally:
+        client.close()
+
+
+def publish_requested(config: Config, listener: Listener | None = None) -> None:
+    for board in requested_boards(config):
+        publish_job(config, board, listener)
+
+
+def start_scheduler(
+    config: Config,
+    listener: Listener | None = None,
+    *,
+    run_now: bool = True,
+    boards: Iterable[str] = BOARDS,
+) -> BackgroundScheduler:
+    """Publish each of `boards` on its refresh, and what is requested within a second."""
+    boards = list(boards)
+    scheduler = BackgroundScheduler(timezone=UTC)
+    # APScheduler reads next_run_time=None as "paused", so leave it out to wait one interval.
+    first_run = {"next_run_time": datetime.now(UTC)} if run_now else {}
+    for board in boards:
+        scheduler.add_job(
+            publish_job,
+            "interval",
+            seconds=config.refresh_seconds(board),
+            id=f"publish-{board}",
+            args=(config, board, listener),
+            max_instances=1,
+            coalesce=True,
+            **first_run,
+        )
+    scheduler.add_job(
+        publish_requested,
+        "interval",
+        seconds=1,
+        id=REQUESTS_JOB_ID,
+        args=(config, listener),
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.start()
+    for board in boards:
+        log.info("publishing the %s board every %g s", board, config.refresh_seconds(board))
+    return scheduler
