@@ -14,7 +14,7 @@ with
 
 as_of as (
 
-    select as_of from {{ ref('int_board__as_of') }} where board = 'listeners'
+    select as_of from {{ ref('int_listeners__as_of') }}
 
 ),
 

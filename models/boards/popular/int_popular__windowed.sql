@@ -10,16 +10,16 @@ with
 
 as_of as (
 
-    select as_of from {{ ref('int_board__as_of') }} where board = 'popular'
+    select as_of from {{ ref('int_popular__as_of') }}
 
 ),
 
 minutes as (
 
     select * from {{ ref('stg_toplist__item_activity') }}
-    where minute >= (select as_of from {{ ref('int_board__as_of') }} where board = 'popular')
+    where minute >= (select as_of from {{ ref('int_popular__as_of') }})
         - toIntervalSecond({{ windows.values() | max }})
-      and minute < (select as_of from {{ ref('int_board__as_of') }} where board = 'popular')
+      and minute < (select as_of from {{ ref('int_popular__as_of') }})
 
 ),
 

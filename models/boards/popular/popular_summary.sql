@@ -6,7 +6,7 @@ with
 
 as_of as (
 
-    select as_of from {{ ref('int_board__as_of') }} where board = 'popular'
+    select as_of from {{ ref('int_popular__as_of') }}
 
 ),
 

@@ -8,7 +8,7 @@ with
 
 as_of as (
 
-    select as_of from {{ ref('int_board__as_of') }} where board = 'sale'
+    select as_of from {{ ref('int_sale__as_of') }}
 
 ),
 
