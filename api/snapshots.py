@@ -71,7 +71,7 @@ class SnapshotStore:
         self._lock = threading.RLock()
         self._snapshot: Snapshot | None = None
         self._checked_at: float | None = None
-        self._boards: dict[tuple[str, str, str], Board] = {}
+        self._boards: dict[tuple[str, str, str, str], Board] = {}  # metric, window, scope, policy
         self._scopes: list[str] | None = None
         self._memo: dict[tuple, object] = {}
         self._refreshing = False

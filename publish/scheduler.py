@@ -18,7 +18,7 @@ from publish.publisher import publish
 from toplist.boards import BOARDS
 from toplist.config import Config
 from toplist.engine import connect
-from toplist.snapshots import Snapshot, current_snapshot
+from toplist.snapshots import Snapshot, current_snapshot, utc
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def requested_boards(config: Config) -> list[str]:
             if board not in BOARDS:
                 continue
             current = current_snapshot(client, config.database, board)
-            if current is None or current.started_at < requested_at.replace(tzinfo=UTC).timestamp():
+            if current is None or current.started_at < utc(requested_at).timestamp():
                 due.append(board)
         return due
     finally:

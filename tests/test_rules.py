@@ -17,7 +17,7 @@ from test_cli import toplist
 
 from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
 from ingest.generator import ListenGenerator
-from ingest.load import load_lines
+from ingest.load import content_batch_id, load_lines, repair_unfinished
 from publish.publisher import PublishError, publish
 from toplist.boards import BOARDS
 from toplist.migrate import migrate
@@ -281,3 +281,28 @@ def test_a_load_killed_and_run_again_counts_every_line_once(tmp_path, board):
     dead_letters, received = map(int, counted.stdout.split())
     assert dead_letters == bad, f"{board}: a load run again after a kill dead-lettered twice"
     assert received == len(lines), f"{board}: a load run again after a kill counted lines twice"
+
+
+@pytest.mark.parametrize("board", ["charts", "listeners", "sale", "popular"])
+def test_a_batch_cut_off_is_repaired_before_the_same_lines_load_again(client, config, board):
+    """The lines of a batch a crash cut off (stored, never applied) are not stored a second
+    time by a load of the same lines: the load says to repair first, and after the repair
+    they count once."""
+    db, spec = config.database, BOARDS[board]
+    lines = _lines_for(board)[0][:300]
+    batch_id = content_batch_id(spec, "load", 0, [line.encode() for line in lines])
+    client.insert(
+        f"{db}.{spec.log}",
+        [[line, "load", batch_id] for line in lines],
+        column_names=["raw_message", "_source", "_batch_id"],
+    )
+    with pytest.raises(RuntimeError, match="cut off by a crash"):
+        load_lines(client, db, lines, board=spec)
+    assert repair_unfinished(client, db, board=spec) == [batch_id]
+    again = load(client, db, board, lines)
+    stored = client.command(
+        f"SELECT count() FROM {db}.{spec.log} WHERE _batch_id = {{id:UUID}}",
+        parameters={"id": batch_id},
+    )
+    assert stored == len(lines), f"{board}: the batch's lines were stored twice"
+    assert again.accepted == 0 and again.read == len(lines)

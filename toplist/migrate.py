@@ -260,9 +260,9 @@ def apply_settings(client: Client, config: Config) -> None:
     """Bring the settings the SQL reads at run time in line with the configuration (0011).
 
     `late_horizon_seconds` is read by `listens_mv` on every insert, `max_future_seconds` by
-    every board's parse view (0020). The TTLs (raw events,
-    live listeners' state) are DDL; each is altered only when the configured value differs
-    from the one recorded, since changing a TTL rewrites the table's parts.
+    every board's parse view (0020). The TTLs (raw events, live listeners' state) are DDL;
+    each is altered only when the configured value differs from the one recorded, since
+    changing a TTL rewrites the table's parts.
     """
     database = config.database
     if not client.command(
