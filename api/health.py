@@ -71,11 +71,11 @@ def _data_gauges() -> list[Gauge]:
         f"""
         SELECT board, _source, sum(received), sum(accepted), sum(rejected),
                sumIf(accepted, received_at >= now64(3) - INTERVAL 60 SECOND),
-               sum(beyond_horizon)
+               sum(beyond_horizon), sum(conflicts)
         FROM {db}.ingest_batches GROUP BY board, _source ORDER BY board, _source
         """
     ).result_rows
-    for board, source, received, accepted, rejected, last_minute, beyond_horizon in rows:
+    for board, source, received, accepted, rejected, last_minute, beyond_horizon, conflicts in rows:
         labels = {"board": board, "source": source}
         for outcome, value in (
             ("accepted", accepted),
@@ -109,6 +109,16 @@ def _data_gauges() -> list[Gauge]:
                 " event_time: kept in raw, never counted.",
                 labels,
                 float(beyond_horizon),
+            )
+        )
+        gauges.append(
+            (
+                "toplist_ingest_conflicting_copies_total",
+                "counter",
+                "Duplicates whose content differs from the copy of their event_id that counted"
+                " (the first): dropped like every duplicate, counted here, by board and source.",
+                labels,
+                float(conflicts),
             )
         )
     for board, store in state.stores.items():

@@ -52,12 +52,14 @@ INCOMING_COLUMNS = [
 
 @dataclass
 class LoadResult:
-    """What became of one load: read = accepted + duplicates + rejected."""
+    """What became of one load: read = accepted + duplicates + rejected; `conflicts` are the
+    duplicates whose content differs from the copy that counted (sql/0022)."""
 
     batch_ids: list[uuid.UUID] = field(default_factory=list)
     read: int = 0
     accepted: int = 0
     rejected: int = 0
+    conflicts: int = 0
 
     @property
     def duplicates(self) -> int:
@@ -70,6 +72,7 @@ class LoadResult:
             "accepted": self.accepted,
             "duplicates": self.duplicates,
             "rejected": self.rejected,
+            "conflicts": self.conflicts,
         }
 
 
@@ -91,17 +94,20 @@ def _chunks(lines: Iterable[bytes | str], size: int) -> Iterator[list[bytes]]:
         yield chunk
 
 
-def batch_counts(client: Client, database: str, batch_ids: list[uuid.UUID]) -> tuple[int, int, int]:
-    """(received, accepted, rejected) recorded for these batches by the ingest_batches views."""
+def batch_counts(
+    client: Client, database: str, batch_ids: list[uuid.UUID]
+) -> tuple[int, int, int, int]:
+    """(received, accepted, rejected, conflicts) recorded for these batches by the
+    ingest_batches views."""
     row = client.query(
         f"""
-        SELECT sum(received), sum(accepted), sum(rejected)
+        SELECT sum(received), sum(accepted), sum(rejected), sum(conflicts)
         FROM {database}.ingest_batches
         WHERE _batch_id IN {{batch_ids:Array(UUID)}}
         """,
         parameters={"batch_ids": batch_ids},
     ).result_rows[0]
-    return int(row[0]), int(row[1]), int(row[2])
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
 
 def write_batch(
@@ -285,7 +291,7 @@ def load_lines(
         if progress:
             progress(result.read)
     if result.batch_ids:
-        received, result.accepted, result.rejected = batch_counts(
+        received, result.accepted, result.rejected, result.conflicts = batch_counts(
             client, database, result.batch_ids
         )
     else:
@@ -293,7 +299,7 @@ def load_lines(
     if applied_before:
         # Applied by an earlier load (one cut off, say): its lines are duplicates now, and its
         # dead letters are there once already.
-        earlier, _, rejected_before = batch_counts(client, database, applied_before)
+        earlier, _, rejected_before, _ = batch_counts(client, database, applied_before)
         received += earlier
         result.rejected += rejected_before
     if received != result.read:

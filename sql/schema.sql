@@ -58,7 +58,8 @@ CREATE TABLE ${database}.ingest_batches
     `accepted` SimpleAggregateFunction(sum, UInt64),
     `rejected` SimpleAggregateFunction(sum, UInt64),
     `beyond_horizon` SimpleAggregateFunction(sum, UInt64) DEFAULT 0,
-    `board` LowCardinality(String) DEFAULT 'charts'
+    `board` LowCardinality(String) DEFAULT 'charts',
+    `conflicts` SimpleAggregateFunction(sum, UInt64) DEFAULT 0
 )
 ENGINE = AggregatingMergeTree
 ORDER BY (_batch_id, _source)
@@ -169,16 +170,20 @@ GROUP BY
 
 CREATE TABLE ${database}.item_event_ids
 (
-    `event_id` String
+    `event_id` String,
+    `fingerprint` UInt64
 )
 ENGINE = EmbeddedRocksDB
 PRIMARY KEY event_id;
 
 CREATE MATERIALIZED VIEW ${database}.item_event_ids_mv TO ${database}.item_event_ids
 (
-    `event_id` String
+    `event_id` String,
+    `fingerprint` UInt64
 )
-AS SELECT event_id
+AS SELECT
+    event_id,
+    cityHash64(item_id, restaurant_id, city_id, type, user_id, event_time) AS fingerprint
 FROM ${database}.item_events;
 
 CREATE TABLE ${database}.item_events
@@ -245,6 +250,95 @@ AS SELECT
     toUInt64(0) AS accepted,
     countIf(reject_reason != '') AS rejected
 FROM ${database}.item_events_parsed
+GROUP BY
+    _batch_id,
+    _source;
+
+CREATE TABLE ${database}.item_events_checked
+(
+    `event_id` String,
+    `item_id` String,
+    `restaurant_id` String,
+    `city_id` String,
+    `type` LowCardinality(String),
+    `user_id` String,
+    `event_time` DateTime64(3, 'UTC'),
+    `_topic` LowCardinality(String),
+    `_partition` Int32,
+    `_offset` Int64,
+    `_timestamp` Nullable(DateTime64(3, 'UTC')),
+    `_source` LowCardinality(String),
+    `_batch_id` UUID,
+    `_received_at` DateTime64(3, 'UTC'),
+    `fingerprint` UInt64,
+    `accepted_before` Bool,
+    `accepted_print` UInt64
+)
+ENGINE = `Null`;
+
+CREATE MATERIALIZED VIEW ${database}.item_events_checked_mv TO ${database}.item_events_checked
+(
+    `event_id` String,
+    `item_id` String,
+    `restaurant_id` String,
+    `city_id` String,
+    `type` LowCardinality(String),
+    `user_id` String,
+    `event_time` DateTime64(3, 'UTC'),
+    `_topic` LowCardinality(String),
+    `_partition` Int32,
+    `_offset` Int64,
+    `_timestamp` Nullable(DateTime64(3, 'UTC')),
+    `_source` LowCardinality(String),
+    `_batch_id` UUID,
+    `_received_at` DateTime64(3, 'UTC'),
+    `fingerprint` UInt64,
+    `accepted_before` UInt8,
+    `accepted_print` UInt64
+)
+AS SELECT
+    fresh.*,
+    seen.event_id != '' AS accepted_before,
+    seen.fingerprint AS accepted_print
+FROM
+(
+    SELECT
+        * EXCEPT (reject_reason, raw_message) REPLACE (assumeNotNull(event_time) AS event_time),
+        cityHash64(item_id, restaurant_id, city_id, type, user_id, assumeNotNull(event_time)) AS fingerprint
+    FROM ${database}.item_events_parsed
+    WHERE reject_reason = ''
+) AS fresh
+LEFT JOIN ${database}.item_event_ids AS seen ON fresh.event_id = seen.event_id
+SETTINGS join_algorithm = 'direct';
+
+CREATE MATERIALIZED VIEW ${database}.item_events_conflicts_mv TO ${database}.ingest_batches
+(
+    `board` String,
+    `_batch_id` UUID,
+    `_source` String,
+    `received_at` DateTime64(3, 'UTC'),
+    `conflicts` UInt64
+)
+AS SELECT
+    'popular' AS board,
+    _batch_id,
+    _source,
+    min(received_at) AS received_at,
+    sum(later_copies) AS conflicts
+FROM
+(
+    SELECT
+        any(_batch_id) AS _batch_id,
+        any(_source) AS _source,
+        min(_received_at) AS received_at,
+        groupArray(fingerprint) AS prints,
+        any(accepted_before) AS counted_before,
+        if(counted_before, any(accepted_print), prints[1]) AS counted_print,
+        arrayCount(copy -> (copy != counted_print), prints) AS later_copies
+    FROM ${database}.item_events_checked
+    GROUP BY event_id
+    HAVING later_copies > 0
+)
 GROUP BY
     _batch_id,
     _source;
@@ -352,16 +446,10 @@ CREATE MATERIALIZED VIEW ${database}.item_events_mv TO ${database}.item_events
     `_batch_id` UUID,
     `_received_at` DateTime64(3, 'UTC')
 )
-AS SELECT fresh.*
-FROM
-(
-    SELECT * EXCEPT (reject_reason, raw_message) REPLACE (assumeNotNull(event_time) AS event_time)
-    FROM ${database}.item_events_parsed
-    WHERE reject_reason = ''
-    LIMIT 1 BY event_id
-) AS fresh
-ANTI LEFT JOIN ${database}.item_event_ids AS seen ON fresh.event_id = seen.event_id
-SETTINGS join_algorithm = 'direct';
+AS SELECT * EXCEPT (fingerprint, accepted_before, accepted_print)
+FROM ${database}.item_events_checked
+WHERE NOT accepted_before
+LIMIT 1 BY event_id;
 
 CREATE TABLE ${database}.item_events_parsed
 (
@@ -432,16 +520,20 @@ CROSS JOIN
 
 CREATE TABLE ${database}.listen_ids
 (
-    `event_id` String
+    `event_id` String,
+    `fingerprint` UInt64
 )
 ENGINE = EmbeddedRocksDB
 PRIMARY KEY event_id;
 
 CREATE MATERIALIZED VIEW ${database}.listen_ids_mv TO ${database}.listen_ids
 (
-    `event_id` String
+    `event_id` String,
+    `fingerprint` UInt64
 )
-AS SELECT event_id
+AS SELECT
+    event_id,
+    cityHash64(song_id, user_id, country, event_time) AS fingerprint
 FROM ${database}.listens;
 
 CREATE TABLE ${database}.listen_voids
@@ -528,6 +620,111 @@ GROUP BY
     bucket_start,
     country,
     song_id;
+
+CREATE TABLE ${database}.listens_checked
+(
+    `event_id` String,
+    `song_id` String,
+    `user_id` String,
+    `country` LowCardinality(String),
+    `event_time` DateTime64(3, 'UTC'),
+    `beyond_horizon` Bool,
+    `_topic` LowCardinality(String),
+    `_partition` Int32,
+    `_offset` Int64,
+    `_timestamp` Nullable(DateTime64(3, 'UTC')),
+    `_source` LowCardinality(String),
+    `_batch_id` UUID,
+    `_received_at` DateTime64(3, 'UTC'),
+    `fingerprint` UInt64,
+    `accepted_before` Bool,
+    `accepted_print` UInt64
+)
+ENGINE = `Null`;
+
+CREATE MATERIALIZED VIEW ${database}.listens_checked_mv TO ${database}.listens_checked
+(
+    `event_id` String,
+    `song_id` String,
+    `user_id` String,
+    `country` LowCardinality(String),
+    `event_time` DateTime64(3, 'UTC'),
+    `beyond_horizon` UInt8,
+    `_topic` LowCardinality(String),
+    `_partition` Int32,
+    `_offset` Int64,
+    `_timestamp` Nullable(DateTime64(3, 'UTC')),
+    `_source` LowCardinality(String),
+    `_batch_id` UUID,
+    `_received_at` DateTime64(3, 'UTC'),
+    `fingerprint` UInt64,
+    `accepted_before` UInt8,
+    `accepted_print` UInt64
+)
+AS SELECT
+    fresh.*,
+    seen.event_id != '' AS accepted_before,
+    seen.fingerprint AS accepted_print
+FROM
+(
+    SELECT
+        event_id,
+        song_id,
+        user_id,
+        country,
+        assumeNotNull(event_time) AS event_time,
+        (horizon_seconds > 0) AND (assumeNotNull(event_time) < (_received_at - toIntervalSecond(horizon_seconds))) AS beyond_horizon,
+        _topic,
+        _partition,
+        _offset,
+        _timestamp,
+        _source,
+        _batch_id,
+        _received_at,
+        cityHash64(song_id, user_id, country, assumeNotNull(event_time)) AS fingerprint
+    FROM ${database}.listens_parsed
+    CROSS JOIN
+    (
+        SELECT ifNull(max(value), 0) AS horizon_seconds
+        FROM ${database}.settings
+        WHERE name = 'late_horizon_seconds'
+    ) AS horizon
+    WHERE reject_reason = ''
+) AS fresh
+LEFT JOIN ${database}.listen_ids AS seen ON fresh.event_id = seen.event_id
+SETTINGS join_algorithm = 'direct';
+
+CREATE MATERIALIZED VIEW ${database}.listens_conflicts_mv TO ${database}.ingest_batches
+(
+    `board` String,
+    `_batch_id` UUID,
+    `_source` String,
+    `received_at` DateTime64(3, 'UTC'),
+    `conflicts` UInt64
+)
+AS SELECT
+    'charts' AS board,
+    _batch_id,
+    _source,
+    min(received_at) AS received_at,
+    sum(later_copies) AS conflicts
+FROM
+(
+    SELECT
+        any(_batch_id) AS _batch_id,
+        any(_source) AS _source,
+        min(_received_at) AS received_at,
+        groupArray(fingerprint) AS prints,
+        any(accepted_before) AS counted_before,
+        if(counted_before, any(accepted_print), prints[1]) AS counted_print,
+        arrayCount(copy -> (copy != counted_print), prints) AS later_copies
+    FROM ${database}.listens_checked
+    GROUP BY event_id
+    HAVING later_copies > 0
+)
+GROUP BY
+    _batch_id,
+    _source;
 
 CREATE TABLE ${database}.listens_dead_letters
 (
@@ -622,7 +819,7 @@ CREATE MATERIALIZED VIEW ${database}.listens_mv TO ${database}.listens
     `user_id` String,
     `country` LowCardinality(String),
     `event_time` DateTime64(3, 'UTC'),
-    `beyond_horizon` UInt8,
+    `beyond_horizon` Bool,
     `_topic` LowCardinality(String),
     `_partition` Int32,
     `_offset` Int64,
@@ -631,48 +828,10 @@ CREATE MATERIALIZED VIEW ${database}.listens_mv TO ${database}.listens
     `_batch_id` UUID,
     `_received_at` DateTime64(3, 'UTC')
 )
-AS SELECT
-    fresh.event_id AS event_id,
-    fresh.song_id AS song_id,
-    fresh.user_id AS user_id,
-    fresh.country AS country,
-    fresh.event_time AS event_time,
-    fresh.beyond_horizon AS beyond_horizon,
-    fresh._topic AS _topic,
-    fresh._partition AS _partition,
-    fresh._offset AS _offset,
-    fresh._timestamp AS _timestamp,
-    fresh._source AS _source,
-    fresh._batch_id AS _batch_id,
-    fresh._received_at AS _received_at
-FROM
-(
-    SELECT
-        event_id,
-        song_id,
-        user_id,
-        country,
-        assumeNotNull(event_time) AS event_time,
-        (horizon_seconds > 0) AND (assumeNotNull(event_time) < (_received_at - toIntervalSecond(horizon_seconds))) AS beyond_horizon,
-        _topic,
-        _partition,
-        _offset,
-        _timestamp,
-        _source,
-        _batch_id,
-        _received_at
-    FROM ${database}.listens_parsed
-    CROSS JOIN
-    (
-        SELECT ifNull(max(value), 0) AS horizon_seconds
-        FROM ${database}.settings
-        WHERE name = 'late_horizon_seconds'
-    ) AS horizon
-    WHERE reject_reason = ''
-    LIMIT 1 BY event_id
-) AS fresh
-ANTI LEFT JOIN ${database}.listen_ids AS seen ON fresh.event_id = seen.event_id
-SETTINGS join_algorithm = 'direct';
+AS SELECT * EXCEPT (fingerprint, accepted_before, accepted_print)
+FROM ${database}.listens_checked
+WHERE NOT accepted_before
+LIMIT 1 BY event_id;
 
 CREATE TABLE ${database}.listens_parsed
 (
@@ -762,16 +921,20 @@ GROUP BY
 
 CREATE TABLE ${database}.order_ids
 (
-    `event_id` String
+    `event_id` String,
+    `fingerprint` UInt64
 )
 ENGINE = EmbeddedRocksDB
 PRIMARY KEY event_id;
 
 CREATE MATERIALIZED VIEW ${database}.order_ids_mv TO ${database}.order_ids
 (
-    `event_id` String
+    `event_id` String,
+    `fingerprint` UInt64
 )
-AS SELECT event_id
+AS SELECT
+    event_id,
+    cityHash64(order_id, product_id, buyer_id, units, amount_cents, event_time) AS fingerprint
 FROM ${database}.orders;
 
 CREATE TABLE ${database}.orders
@@ -838,6 +1001,95 @@ AS SELECT
     toUInt64(0) AS accepted,
     countIf(reject_reason != '') AS rejected
 FROM ${database}.orders_parsed
+GROUP BY
+    _batch_id,
+    _source;
+
+CREATE TABLE ${database}.orders_checked
+(
+    `event_id` String,
+    `order_id` String,
+    `product_id` String,
+    `buyer_id` String,
+    `units` UInt64,
+    `amount_cents` UInt64,
+    `event_time` DateTime64(3, 'UTC'),
+    `_topic` LowCardinality(String),
+    `_partition` Int32,
+    `_offset` Int64,
+    `_timestamp` Nullable(DateTime64(3, 'UTC')),
+    `_source` LowCardinality(String),
+    `_batch_id` UUID,
+    `_received_at` DateTime64(3, 'UTC'),
+    `fingerprint` UInt64,
+    `accepted_before` Bool,
+    `accepted_print` UInt64
+)
+ENGINE = `Null`;
+
+CREATE MATERIALIZED VIEW ${database}.orders_checked_mv TO ${database}.orders_checked
+(
+    `event_id` String,
+    `order_id` String,
+    `product_id` String,
+    `buyer_id` String,
+    `units` UInt64,
+    `amount_cents` UInt64,
+    `event_time` DateTime64(3, 'UTC'),
+    `_topic` LowCardinality(String),
+    `_partition` Int32,
+    `_offset` Int64,
+    `_timestamp` Nullable(DateTime64(3, 'UTC')),
+    `_source` LowCardinality(String),
+    `_batch_id` UUID,
+    `_received_at` DateTime64(3, 'UTC'),
+    `fingerprint` UInt64,
+    `accepted_before` UInt8,
+    `accepted_print` UInt64
+)
+AS SELECT
+    fresh.*,
+    seen.event_id != '' AS accepted_before,
+    seen.fingerprint AS accepted_print
+FROM
+(
+    SELECT
+        * EXCEPT (reject_reason, raw_message) REPLACE (assumeNotNull(event_time) AS event_time),
+        cityHash64(order_id, product_id, buyer_id, units, amount_cents, assumeNotNull(event_time)) AS fingerprint
+    FROM ${database}.orders_parsed
+    WHERE reject_reason = ''
+) AS fresh
+LEFT JOIN ${database}.order_ids AS seen ON fresh.event_id = seen.event_id
+SETTINGS join_algorithm = 'direct';
+
+CREATE MATERIALIZED VIEW ${database}.orders_conflicts_mv TO ${database}.ingest_batches
+(
+    `board` String,
+    `_batch_id` UUID,
+    `_source` String,
+    `received_at` DateTime64(3, 'UTC'),
+    `conflicts` UInt64
+)
+AS SELECT
+    'sale' AS board,
+    _batch_id,
+    _source,
+    min(received_at) AS received_at,
+    sum(later_copies) AS conflicts
+FROM
+(
+    SELECT
+        any(_batch_id) AS _batch_id,
+        any(_source) AS _source,
+        min(_received_at) AS received_at,
+        groupArray(fingerprint) AS prints,
+        any(accepted_before) AS counted_before,
+        if(counted_before, any(accepted_print), prints[1]) AS counted_print,
+        arrayCount(copy -> (copy != counted_print), prints) AS later_copies
+    FROM ${database}.orders_checked
+    GROUP BY event_id
+    HAVING later_copies > 0
+)
 GROUP BY
     _batch_id,
     _source;
@@ -945,16 +1197,10 @@ CREATE MATERIALIZED VIEW ${database}.orders_mv TO ${database}.orders
     `_batch_id` UUID,
     `_received_at` DateTime64(3, 'UTC')
 )
-AS SELECT fresh.*
-FROM
-(
-    SELECT * EXCEPT (reject_reason, raw_message) REPLACE (assumeNotNull(event_time) AS event_time)
-    FROM ${database}.orders_parsed
-    WHERE reject_reason = ''
-    LIMIT 1 BY event_id
-) AS fresh
-ANTI LEFT JOIN ${database}.order_ids AS seen ON fresh.event_id = seen.event_id
-SETTINGS join_algorithm = 'direct';
+AS SELECT * EXCEPT (fingerprint, accepted_before, accepted_print)
+FROM ${database}.orders_checked
+WHERE NOT accepted_before
+LIMIT 1 BY event_id;
 
 CREATE TABLE ${database}.orders_parsed
 (

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from test_cli import toplist
 
+from api.app import create_app
 from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
 from ingest.generator import ListenGenerator
 from ingest.load import content_batch_id, load_lines, repair_unfinished
@@ -108,6 +109,40 @@ def test_marketplace_counts_an_event_id_once_for_the_item_of_its_first_copy(clie
         views = [(item, score) for item, score, _ in entries[(scope, "views", "1h")]]
         assert orders == [("item-a", 1)], f"{scope}: one order event_id counted for several items"
         assert views == [("item-a", 1)], f"{scope}: a re-sent view counted for another item"
+
+
+def _copy(board: str, event_id: str, variant: int) -> str:
+    """A copy of one event: the same `variant` is the same content, another is a conflict."""
+    if board == "charts":
+        return json.dumps({"event_id": event_id, "song_id": f"s{variant}", "user_id": "u1",
+                           "country": "SE", "event_time": EARLIER})  # fmt: skip
+    if board == "sale":
+        return order(event_id, f"p{variant}", variant)
+    return item_event(event_id, f"item-{variant}", "order")
+
+
+@pytest.mark.parametrize("board", ["charts", "sale", "popular"])
+def test_copies_with_other_content_are_counted_as_conflicts_in_metrics(client, config, board):
+    """A later copy whose content differs from the copy that counted changes nothing on the
+    board and is counted as a conflict; an identical copy is a plain duplicate. Within one load
+    and across loads."""
+    db = config.database
+    first = load(client, db, board, [
+        _copy(board, "a", 1), _copy(board, "a", 1), _copy(board, "a", 2), _copy(board, "b", 1),
+    ])  # fmt: skip
+    assert (first.accepted, first.duplicates, first.conflicts) == (2, 2, 1)
+    again = load(client, db, board, [
+        _copy(board, "a", 3), _copy(board, "b", 1), _copy(board, "a", 1), _copy(board, "b", 2),
+    ])  # fmt: skip
+    assert (again.accepted, again.duplicates, again.conflicts) == (0, 4, 2)
+    app = create_app(config)
+    try:
+        metrics = app.test_client().get("/metrics").get_data(as_text=True)
+    finally:
+        app.extensions["toplist"].close()
+    assert (
+        f'toplist_ingest_conflicting_copies_total{{board="{board}",source="load"}} 3\n' in metrics
+    ), f"{board}: /metrics does not count the conflicting copies"
 
 
 BAD_TIMES = {

@@ -32,7 +32,8 @@ class Board:
     # on a cluster, their shard (toplist/cluster.py).
     key: str
     # The ids of the events accepted, where an event counts once per event_id (the first copy
-    # wins: sql/0004, 0020); '' for a board whose events have no event_id.
+    # wins: sql/0004, 0020), each with the fingerprint of the copy that counted (0022: a later
+    # copy with another is a conflict); '' for a board whose events have no event_id.
     ids: str
     # The aggregates fed from the raw events and rebuilt from them (`toplist rebuild`), each
     # with the materialized view that fills it.

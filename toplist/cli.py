@@ -90,6 +90,8 @@ def cmd_load(args: argparse.Namespace, config: Config) -> int:
         )
     if way_in.exactly_once:
         counts = f"accepted {result.accepted:,} · duplicates {result.duplicates:,}"
+        if result.conflicts:
+            counts += f" ({result.conflicts:,} with other content than the copy that counted)"
     else:  # repeats are valid rows; the board's aggregates count each event once
         counts = f"valid {result.accepted:,} (a repeated {way_in.what} counts once)"
     print(

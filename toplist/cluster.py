@@ -60,9 +60,11 @@ for _board in BOARDS.values():
         }
     )
     SHARDED.update({table: "rand()" for table, _ in _board.aggregates})
-    # The Null table between parse and raw, the Kafka engine table, the id set.
+    # The Null tables between parse and raw, the Kafka engine table, the id set (and the
+    # name it was rebuilt under, 0022).
     NODE_LOCAL |= {f"{_board.prefix}_parsed", f"{_board.prefix}_kafka"}
-    NODE_LOCAL |= {_board.ids} if _board.ids else set()
+    if _board.ids:
+        NODE_LOCAL |= {f"{_board.prefix}_checked", _board.ids, f"{_board.ids}_next"}
 
 EVERY_NODE = {
     "schema_migrations",
@@ -92,6 +94,7 @@ _CREATE_FUNCTION = re.compile(
 _CREATE_DATABASE = re.compile(r"^CREATE DATABASE (IF NOT EXISTS )?(?P<name>\w+)$")
 _ALTER = re.compile(r"^ALTER TABLE (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>.*)$", re.S)
 _DROP = re.compile(r"^DROP TABLE (IF EXISTS )?(?P<db>\w+)\.(?P<name>\w+)$")
+_RENAME = re.compile(r"^RENAME TABLE (?P<db>\w+)\.(?P<name>\w+) TO (?P=db)\.(?P<to>\w+)$")
 _DELETE = re.compile(r"^DELETE FROM (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>WHERE .*)$", re.S)
 _COLUMN_CHANGE = re.compile(r"^(ADD|DROP|MODIFY|RENAME|COMMENT) COLUMN\b")
 
@@ -206,6 +209,7 @@ class ClusterRenderer:
             (self._alter, _ALTER),
             (self._delete, _DELETE),
             (self._drop, _DROP),
+            (self._rename, _RENAME),
         ):
             match = pattern.match(sql)
             if match:
@@ -284,9 +288,19 @@ class ClusterRenderer:
 
     def _drop(self, match: re.Match[str]) -> list[str]:
         db, name = match.group("db"), match.group("name")
+        if name in self.views:
+            self.views.discard(name)
+            return [f"DROP TABLE IF EXISTS {db}.{name} {self.on_cluster} SYNC"]
         self._place(name)
         names = [name, self.local(name)] if name in SHARDED else [name]
         return [f"DROP TABLE IF EXISTS {db}.{table} {self.on_cluster} SYNC" for table in names]
+
+    def _rename(self, match: re.Match[str]) -> list[str]:
+        db, name, to = match.group("db"), match.group("name"), match.group("to")
+        if self._place(name) != "node-local" or self._place(to) != "node-local":
+            raise ClusterRenderError(f"renaming {name}: only node-local tables are renamed here")
+        self.storage[to] = self.storage.pop(name)
+        return [f"RENAME TABLE {db}.{name} TO {db}.{to} {self.on_cluster}"]
 
 
 def render_statement(cluster: str, database: str, statement: str) -> str:

@@ -1609,3 +1609,307 @@ CREATE TABLE IF NOT EXISTS toplist.publication_requests
 ENGINE = MergeTree
 ORDER BY (board, requested_at)
 TTL toDateTime(requested_at) + INTERVAL 7 DAY;
+
+-- 0022_conflicting_copies.sql
+
+ALTER TABLE toplist.ingest_batches
+    ADD COLUMN IF NOT EXISTS conflicts SimpleAggregateFunction(sum, UInt64) DEFAULT 0;
+
+CREATE FUNCTION IF NOT EXISTS toplist_listens_print AS (song_id, user_id, country, event_time) ->
+    cityHash64(song_id, user_id, country, event_time);
+
+DROP TABLE toplist.listen_ids_mv;
+
+CREATE TABLE IF NOT EXISTS toplist.listen_ids_next
+(
+    event_id String,
+    fingerprint UInt64
+)
+ENGINE = EmbeddedRocksDB
+PRIMARY KEY event_id;
+
+INSERT INTO toplist.listen_ids_next (event_id, fingerprint)
+SELECT event_id, toplist_listens_print(song_id, user_id, country, event_time) FROM toplist.listens;
+
+DROP TABLE toplist.listen_ids;
+
+RENAME TABLE toplist.listen_ids_next TO toplist.listen_ids;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.listen_ids_mv
+TO toplist.listen_ids
+AS SELECT event_id, toplist_listens_print(song_id, user_id, country, event_time) AS fingerprint
+FROM toplist.listens;
+
+CREATE TABLE IF NOT EXISTS toplist.listens_checked
+(
+    event_id String,
+    song_id String,
+    user_id String,
+    country LowCardinality(String),
+    event_time DateTime64(3, 'UTC'),
+    beyond_horizon Bool,
+    _topic LowCardinality(String),
+    _partition Int32,
+    _offset Int64,
+    _timestamp Nullable(DateTime64(3, 'UTC')),
+    _source LowCardinality(String),
+    _batch_id UUID,
+    _received_at DateTime64(3, 'UTC'),
+    fingerprint UInt64,
+    accepted_before Bool,
+    accepted_print UInt64
+)
+ENGINE = Null;
+
+DROP TABLE toplist.listens_mv;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.listens_checked_mv
+TO toplist.listens_checked
+AS SELECT
+    fresh.*,
+    seen.event_id != '' AS accepted_before,
+    seen.fingerprint AS accepted_print
+FROM
+(
+    SELECT
+        event_id, song_id, user_id, country,
+        assumeNotNull(event_time) AS event_time,
+        horizon_seconds > 0
+            AND assumeNotNull(event_time) < _received_at - toIntervalSecond(horizon_seconds)
+            AS beyond_horizon,
+        _topic, _partition, _offset, _timestamp, _source, _batch_id, _received_at,
+        toplist_listens_print(song_id, user_id, country, assumeNotNull(event_time)) AS fingerprint
+    FROM toplist.listens_parsed
+    CROSS JOIN (
+        SELECT ifNull(max(value), 0) AS horizon_seconds
+        FROM toplist.settings WHERE name = 'late_horizon_seconds'
+    ) AS horizon
+    WHERE reject_reason = ''
+) AS fresh
+LEFT JOIN toplist.listen_ids AS seen ON fresh.event_id = seen.event_id
+SETTINGS join_algorithm = 'direct';
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.listens_mv
+TO toplist.listens
+AS SELECT * EXCEPT (fingerprint, accepted_before, accepted_print)
+FROM toplist.listens_checked
+WHERE NOT accepted_before
+LIMIT 1 BY event_id;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.listens_conflicts_mv
+TO toplist.ingest_batches
+AS SELECT
+    'charts' AS board,
+    _batch_id,
+    _source,
+    min(received_at) AS received_at,
+    sum(later_copies) AS conflicts
+FROM
+(
+    SELECT
+        any(_batch_id) AS _batch_id,
+        any(_source) AS _source,
+        min(_received_at) AS received_at,
+        groupArray(fingerprint) AS prints,
+        any(accepted_before) AS counted_before,
+        if(counted_before, any(accepted_print), prints[1]) AS counted_print,
+        arrayCount(copy -> copy != counted_print, prints) AS later_copies
+    FROM toplist.listens_checked
+    GROUP BY event_id
+    HAVING later_copies > 0
+)
+GROUP BY _batch_id, _source;
+
+CREATE FUNCTION IF NOT EXISTS toplist_orders_print AS (order_id, product_id, buyer_id, units, amount_cents, event_time) ->
+    cityHash64(order_id, product_id, buyer_id, units, amount_cents, event_time);
+
+DROP TABLE toplist.order_ids_mv;
+
+CREATE TABLE IF NOT EXISTS toplist.order_ids_next
+(
+    event_id String,
+    fingerprint UInt64
+)
+ENGINE = EmbeddedRocksDB
+PRIMARY KEY event_id;
+
+INSERT INTO toplist.order_ids_next (event_id, fingerprint)
+SELECT event_id, toplist_orders_print(order_id, product_id, buyer_id, units, amount_cents, event_time) FROM toplist.orders;
+
+DROP TABLE toplist.order_ids;
+
+RENAME TABLE toplist.order_ids_next TO toplist.order_ids;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.order_ids_mv
+TO toplist.order_ids
+AS SELECT event_id, toplist_orders_print(order_id, product_id, buyer_id, units, amount_cents, event_time) AS fingerprint
+FROM toplist.orders;
+
+CREATE TABLE IF NOT EXISTS toplist.orders_checked
+(
+    event_id String,
+    order_id String,
+    product_id String,
+    buyer_id String,
+    units UInt64,
+    amount_cents UInt64,
+    event_time DateTime64(3, 'UTC'),
+    _topic LowCardinality(String),
+    _partition Int32,
+    _offset Int64,
+    _timestamp Nullable(DateTime64(3, 'UTC')),
+    _source LowCardinality(String),
+    _batch_id UUID,
+    _received_at DateTime64(3, 'UTC'),
+    fingerprint UInt64,
+    accepted_before Bool,
+    accepted_print UInt64
+)
+ENGINE = Null;
+
+DROP TABLE toplist.orders_mv;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.orders_checked_mv
+TO toplist.orders_checked
+AS SELECT
+    fresh.*,
+    seen.event_id != '' AS accepted_before,
+    seen.fingerprint AS accepted_print
+FROM
+(
+    SELECT
+        * EXCEPT (reject_reason, raw_message) REPLACE (assumeNotNull(event_time) AS event_time),
+        toplist_orders_print(order_id, product_id, buyer_id, units, amount_cents, assumeNotNull(event_time)) AS fingerprint
+    FROM toplist.orders_parsed
+    WHERE reject_reason = ''
+) AS fresh
+LEFT JOIN toplist.order_ids AS seen ON fresh.event_id = seen.event_id
+SETTINGS join_algorithm = 'direct';
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.orders_mv
+TO toplist.orders
+AS SELECT * EXCEPT (fingerprint, accepted_before, accepted_print)
+FROM toplist.orders_checked
+WHERE NOT accepted_before
+LIMIT 1 BY event_id;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.orders_conflicts_mv
+TO toplist.ingest_batches
+AS SELECT
+    'sale' AS board,
+    _batch_id,
+    _source,
+    min(received_at) AS received_at,
+    sum(later_copies) AS conflicts
+FROM
+(
+    SELECT
+        any(_batch_id) AS _batch_id,
+        any(_source) AS _source,
+        min(_received_at) AS received_at,
+        groupArray(fingerprint) AS prints,
+        any(accepted_before) AS counted_before,
+        if(counted_before, any(accepted_print), prints[1]) AS counted_print,
+        arrayCount(copy -> copy != counted_print, prints) AS later_copies
+    FROM toplist.orders_checked
+    GROUP BY event_id
+    HAVING later_copies > 0
+)
+GROUP BY _batch_id, _source;
+
+CREATE FUNCTION IF NOT EXISTS toplist_item_events_print AS (item_id, restaurant_id, city_id, type, user_id, event_time) ->
+    cityHash64(item_id, restaurant_id, city_id, type, user_id, event_time);
+
+DROP TABLE toplist.item_event_ids_mv;
+
+CREATE TABLE IF NOT EXISTS toplist.item_event_ids_next
+(
+    event_id String,
+    fingerprint UInt64
+)
+ENGINE = EmbeddedRocksDB
+PRIMARY KEY event_id;
+
+INSERT INTO toplist.item_event_ids_next (event_id, fingerprint)
+SELECT event_id, toplist_item_events_print(item_id, restaurant_id, city_id, type, user_id, event_time) FROM toplist.item_events;
+
+DROP TABLE toplist.item_event_ids;
+
+RENAME TABLE toplist.item_event_ids_next TO toplist.item_event_ids;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.item_event_ids_mv
+TO toplist.item_event_ids
+AS SELECT event_id, toplist_item_events_print(item_id, restaurant_id, city_id, type, user_id, event_time) AS fingerprint
+FROM toplist.item_events;
+
+CREATE TABLE IF NOT EXISTS toplist.item_events_checked
+(
+    event_id String,
+    item_id String,
+    restaurant_id String,
+    city_id String,
+    type LowCardinality(String),
+    user_id String,
+    event_time DateTime64(3, 'UTC'),
+    _topic LowCardinality(String),
+    _partition Int32,
+    _offset Int64,
+    _timestamp Nullable(DateTime64(3, 'UTC')),
+    _source LowCardinality(String),
+    _batch_id UUID,
+    _received_at DateTime64(3, 'UTC'),
+    fingerprint UInt64,
+    accepted_before Bool,
+    accepted_print UInt64
+)
+ENGINE = Null;
+
+DROP TABLE toplist.item_events_mv;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.item_events_checked_mv
+TO toplist.item_events_checked
+AS SELECT
+    fresh.*,
+    seen.event_id != '' AS accepted_before,
+    seen.fingerprint AS accepted_print
+FROM
+(
+    SELECT
+        * EXCEPT (reject_reason, raw_message) REPLACE (assumeNotNull(event_time) AS event_time),
+        toplist_item_events_print(item_id, restaurant_id, city_id, type, user_id, assumeNotNull(event_time)) AS fingerprint
+    FROM toplist.item_events_parsed
+    WHERE reject_reason = ''
+) AS fresh
+LEFT JOIN toplist.item_event_ids AS seen ON fresh.event_id = seen.event_id
+SETTINGS join_algorithm = 'direct';
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.item_events_mv
+TO toplist.item_events
+AS SELECT * EXCEPT (fingerprint, accepted_before, accepted_print)
+FROM toplist.item_events_checked
+WHERE NOT accepted_before
+LIMIT 1 BY event_id;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.item_events_conflicts_mv
+TO toplist.ingest_batches
+AS SELECT
+    'popular' AS board,
+    _batch_id,
+    _source,
+    min(received_at) AS received_at,
+    sum(later_copies) AS conflicts
+FROM
+(
+    SELECT
+        any(_batch_id) AS _batch_id,
+        any(_source) AS _source,
+        min(_received_at) AS received_at,
+        groupArray(fingerprint) AS prints,
+        any(accepted_before) AS counted_before,
+        if(counted_before, any(accepted_print), prints[1]) AS counted_print,
+        arrayCount(copy -> copy != counted_print, prints) AS later_copies
+    FROM toplist.item_events_checked
+    GROUP BY event_id
+    HAVING later_copies > 0
+)
+GROUP BY _batch_id, _source;
