@@ -1,0 +1,42 @@
+"""The ingest benchmark (bench/ingest.py) still runs and measures what it says: at a tiny size,
+every way in (the Kafka consumer, `toplist load`, the chain from stored lines) ends with the same
+raw events, and the engine's plain JSONEachRow floor is measured beside them. No timing is
+asserted (the figures are the benchmark's to print)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from toplist.config import PROJECT_ROOT
+
+
+def test_the_ingest_benchmark_runs_every_way_in_to_the_same_raw_events(kafka_bootstrap):
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.ingest",
+            "--events",
+            "3000",
+            "--runs",
+            "1",
+            "--partitions",
+            "2",
+            "--brokers",
+            kafka_bootstrap,
+        ],  # fmt: skip
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {cells[0]: cells for cells in map(str.split, run.stdout.splitlines()) if cells}
+    assert "raw rows the same in every chain mode: yes" in run.stdout, run.stdout
+    for mode in ("kafka", "load", "insert-select", "jsoneachrow"):
+        assert mode in rows, run.stdout
+        events_per_second, raw_rows = rows[mode][1], rows[mode][-1]
+        assert float(events_per_second.replace(",", "")) > 0, run.stdout
+        assert int(raw_rows.replace(",", "")) >= 3000 * 0.9, f"{mode}: {run.stdout}"
