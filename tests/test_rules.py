@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
-from test_cli import toplist
+from test_cli import _on_data_dir, toplist
 
 from api.app import create_app
 from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
@@ -341,3 +343,31 @@ def test_a_batch_cut_off_is_repaired_before_the_same_lines_load_again(client, co
     )
     assert stored == len(lines), f"{board}: the batch's lines were stored twice"
     assert again.accepted == 0 and again.read == len(lines)
+
+
+@pytest.mark.parametrize("board", ["charts", "sale", "popular"])
+def test_an_id_set_whose_files_were_lost_is_rebuilt_and_nothing_counts_twice(tmp_path, board):
+    """The id set lives in files of its own (EmbeddedRocksDB). Deleted, it would let every
+    re-sent event count again; the next command rebuilds it from the raw events instead."""
+    lines, _ = _lines_for(board)
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(lines) + "\n")
+    first = toplist(tmp_path, "load", "--board", board, str(events))
+    assert first.returncode == 0, first.stderr[-2000:]
+    ids = BOARDS[board].ids
+    where = _on_data_dir(tmp_path, ["-c", (
+        "from toplist.config import Config; from toplist.engine import connect;"
+        f" print(connect(Config.from_env()).command(\"SELECT data_paths[1] FROM system.tables"
+        f" WHERE database = 'toplist' AND name = '{ids}'\"))"
+    )], None)  # fmt: skip
+    assert where.returncode == 0, where.stderr[-2000:]
+    store = Path(where.stdout.strip().splitlines()[-1])
+    assert store.is_dir() and any(store.iterdir()), f"no files for {ids} at {store}"
+    shutil.rmtree(store)
+
+    resent = tmp_path / "resent.jsonl"  # the same events, in other batches
+    resent.write_text("\n".join(reversed(lines)) + "\n")
+    again = toplist(tmp_path, "load", "--board", board, str(resent))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "accepted 0 " in again.stdout, f"{board}: events counted again: {again.stdout}"
+    assert "rebuilding it from the raw events" in again.stderr

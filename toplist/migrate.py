@@ -29,6 +29,7 @@ from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
+from toplist.boards import BOARDS
 from toplist.cluster import ClusterRenderer, ClusterRenderError, render_statement
 from toplist.config import PROJECT_ROOT, Config
 
@@ -204,7 +205,51 @@ def migrate(client: Client, config: Config, sql_dir: Path = SQL_DIR) -> list[Mig
         )
         ran.append(migration)
     apply_settings(client, config)
+    restore_id_sets(client, config)
     return ran
+
+
+def restore_id_sets(client: Client, config: Config, sample: int = 1000) -> list[str]:
+    """Rebuild an id set that lost what it held; return the boards whose sets were rebuilt.
+
+    An id set (`listen_ids`, EmbeddedRocksDB, its own files beside the raw table's) that was
+    lost, its files deleted say, would let every re-sent event count again. So each start
+    looks up a sample of the raw events' ids in it; if any is missing, the set is refilled
+    from the raw events by its own view's query (0022: the id and the fingerprint of the copy
+    that counted). Refilling is idempotent. Not on a cluster, where each node holds the ids of
+    its shard only and the raw table read here is the whole cluster's.
+    """
+    if config.clickhouse_cluster:
+        return []
+    db = config.database
+    rebuilt = []
+    for board in BOARDS.values():
+        if not board.ids:
+            continue
+        missing = client.command(
+            f"""
+            SELECT count() FROM (SELECT event_id FROM {db}.{board.raw} LIMIT {int(sample)}) AS raw
+            LEFT ANTI JOIN {db}.{board.ids} AS seen ON raw.event_id = seen.event_id
+            SETTINGS join_algorithm = 'direct'
+            """
+        )
+        if not int(missing):
+            continue
+        fill = client.command(
+            "SELECT as_select FROM system.tables"
+            " WHERE database = {db:String} AND name = {name:String}",
+            parameters={"db": db, "name": f"{board.ids}_mv"},
+        )
+        log.warning(
+            "the %s id set %s lacks ids of events in %s (were its files lost?): rebuilding it"
+            " from the raw events, so that re-sent events are not counted again",
+            board.name,
+            board.ids,
+            board.raw,
+        )
+        client.command(f"INSERT INTO {db}.{board.ids} (event_id, fingerprint) {fill}")
+        rebuilt.append(board.name)
+    return rebuilt
 
 
 @dataclass(frozen=True)
