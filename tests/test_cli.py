@@ -191,3 +191,31 @@ def test_schedule_publishes_every_board_and_stops_cleanly_on_sigterm(tmp_path):
         assert f"published {board} snapshot" in output, f"{board}: {output[-2000:]}"
     assert output.count("published listeners snapshot") >= 2, "listeners every 2 s"
     assert "published charts snapshot" in output
+
+
+def test_a_data_directory_in_use_is_said_in_one_line(tmp_path):
+    """One process owns an embedded data directory; a second command on it says so, and what
+    to do, in one line instead of the engine's traceback."""
+    env = {**os.environ, "TOPLIST_CLICKHOUSE_URL": f"chdb://{tmp_path / 'engine'}"}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time; from toplist.config import Config;"
+            " from toplist.engine import connect; engine = connect(Config.from_env());"
+            " engine.command('SELECT 1');"
+            " print('open', flush=True); time.sleep(60)"
+        )],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        second = toplist(tmp_path, "migrate")
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert second.returncode == 1
+    assert second.stderr.strip().splitlines() == [
+        f"toplist migrate: the data directory {tmp_path / 'engine'} is in use by another Toplist"
+        " process (embedded ClickHouse lets one process own it): stop that process, or run this"
+        " inside it (`toplist serve --ingest` loads from Kafka), or point TOPLIST_CLICKHOUSE_URL"
+        " at a ClickHouse server"
+    ], second.stderr
