@@ -219,3 +219,19 @@ def test_a_data_directory_in_use_is_said_in_one_line(tmp_path):
         " inside it (`toplist serve --ingest` loads from Kafka), or point TOPLIST_CLICKHOUSE_URL"
         " at a ClickHouse server"
     ], second.stderr
+
+
+def test_clickhouse_own_databases_are_refused_up_front(tmp_path):
+    for name in ("INFORMATION_SCHEMA", "system", "information_schema"):
+        env = {**os.environ, "TOPLIST_CLICKHOUSE_URL": f"chdb://{tmp_path / 'engine'}",
+               "TOPLIST_DATABASE": name}  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-m", "toplist.cli", "migrate"],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        assert run.returncode == 2, f"{name}: {run.stdout}{run.stderr}"
+        assert run.stderr.strip().splitlines() == [
+            f"configuration error: TOPLIST_DATABASE {name!r} is one of ClickHouse's own"
+            " databases (_temporary_and_external_tables, information_schema, system);"
+            " choose another name"
+        ], run.stderr

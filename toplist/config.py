@@ -20,6 +20,9 @@ POPULAR_METRICS = ("views", "orders")
 # Every ranking policy version (macros/ranking_policy.sql); a version's meaning never changes.
 POLICIES = ("v1", "v1-ties")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# ClickHouse's own databases (names compared without case: INFORMATION_SCHEMA and
+# information_schema are both there), which Toplist's tables must never go into.
+_RESERVED_DATABASES = frozenset({"system", "information_schema", "_temporary_and_external_tables"})
 _KAFKA_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _BROKER = re.compile(r"[A-Za-z0-9.-]+:[0-9]{1,5}")
 
@@ -134,6 +137,11 @@ class Config:
     def __post_init__(self) -> None:
         if not _IDENTIFIER.fullmatch(self.database):
             raise ConfigError(f"TOPLIST_DATABASE must be a plain identifier, got {self.database!r}")
+        if self.database.lower() in _RESERVED_DATABASES:
+            raise ConfigError(
+                f"TOPLIST_DATABASE {self.database!r} is one of ClickHouse's own databases"
+                f" ({', '.join(sorted(_RESERVED_DATABASES))}); choose another name"
+            )
         if self.clickhouse_cluster and not _IDENTIFIER.fullmatch(self.clickhouse_cluster):
             raise ConfigError(
                 "TOPLIST_CLICKHOUSE_CLUSTER must be a plain identifier,"
