@@ -51,7 +51,10 @@ def _utf8(text: str) -> bool:
 
 
 def _corrections_request() -> tuple[list[str], str, bool]:
-    body = request.get_json(silent=True)
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # nested deeper than Python's JSON decoder goes: not a request
+        body = None
     if not isinstance(body, dict):
         raise ApiError(
             400, "invalid_body", 'send a JSON object: {"event_ids": [...], "reason": "..."}'

@@ -254,3 +254,19 @@ def test_corrections_endpoint_voids_and_publishes_a_corrected_board(client, conf
     finally:
         publisher.shutdown(wait=True)
         app.extensions["toplist"].close()
+
+
+def test_corrections_with_a_body_nested_too_deep_is_a_400(config):
+    app = create_app(replace(config, internal_token="s3cret"))
+    try:
+        deep = '{"event_ids": ' + "[" * 100_000 + "]" * 100_000 + ', "reason": "x"}'
+        answer = app.test_client().post(
+            "/internal/corrections",
+            data=deep,
+            content_type="application/json",
+            headers={"Authorization": "Bearer s3cret"},
+        )
+        assert answer.status_code == 400, answer.data[:300]
+        assert answer.get_json()["error"]["code"] == "invalid_body"
+    finally:
+        app.extensions["toplist"].close()
