@@ -125,7 +125,7 @@ def from_snapshot(
     due_in = config.refresh_seconds(board) - age
     max_age = max(0, math.floor(due_in))
     headers = {"ETag": f'"{etag}"', "Cache-Control": f"public, max-age={max_age}"}
-    if request.if_none_match.contains(etag):
+    if request.if_none_match.contains_weak(etag):  # GET compares weakly (RFC 9110 13.1.2)
         return current_app.response_class(status=304, headers=headers)
     store = toplist().stores[board]
     encoded = store.memo(snapshot, (*key, stale), lambda: jsonify(body(stale)).get_data())

@@ -118,6 +118,8 @@ def test_a_conditional_request_with_the_etag_gets_304_until_the_next_snapshot(se
     again = call(url, headers={"If-None-Match": etag})
     assert (again.status_code, again.content) == (304, b""), "an unchanged board was resent"
     assert again.headers["ETag"] == etag
+    weak = call(url, headers={"If-None-Match": f"W/{etag}"})  # as a proxy may pass it on
+    assert weak.status_code == 304, "a GET compares entity tags weakly (RFC 9110 13.1.2)"
 
     snapshot = served.republish()  # a new publication: the old ETag no longer matches
     fresh = call(url, headers={"If-None-Match": etag})
