@@ -13,7 +13,9 @@ of its first copy, in order behind it. Playback reports have no event_id and are
 readable key (malformed ones) are sent without one, spread by the partitioner; they still
 reach the dead-letter table, since validation happens only in SQL behind the incoming table.
 
-Messages are sent as the exact bytes of each line, so a dead letter keeps what was sent.
+Messages are sent as the exact bytes of each line, so a dead letter keeps what was sent. A
+line the client refuses to send (larger than the broker takes) is counted as failed and
+reported with its number, and the lines after it are still sent.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
 
 @dataclass
@@ -55,7 +58,7 @@ def event_key(line: bytes, field: str = "event_id") -> bytes | None:
     or None when it has no readable one."""
     try:
         event = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
         return None
     key = event.get(field) if isinstance(event, dict) else None
     return key.encode() if isinstance(key, str) and key else None
@@ -92,7 +95,7 @@ def produce_lines(
         with lock:
             result.acked += 1
 
-    def failed(error: Exception) -> None:
+    def failed(error: Exception | str) -> None:
         with lock:
             result.failed += 1
             if len(result.errors) < 5:
@@ -100,13 +103,18 @@ def produce_lines(
 
     kafka = producer(brokers)
     try:
-        for line in lines:
+        for number, line in enumerate(lines, start=1):
             value = line.encode() if isinstance(line, str) else line
             key = event_key(value, key_field)
             if key is None:
                 result.unkeyed += 1
-            kafka.send(topic, value=value, key=key).add_callback(acked).add_errback(failed)
             result.sent += 1
+            try:
+                future = kafka.send(topic, value=value, key=key)
+            except KafkaError as error:  # refused before sending (too large, say): the rest goes
+                failed(f"line {number:,}: {error}")
+            else:
+                future.add_callback(acked).add_errback(failed)
             if progress and result.sent % progress_every == 0:
                 progress(result)
         kafka.flush(timeout=flush_timeout)

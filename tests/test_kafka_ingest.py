@@ -147,3 +147,25 @@ def test_a_failed_insert_is_retried_from_the_same_offsets(client, config, kafka_
     assert ingest.status.repaired_batches >= 1
     counted = client.command(f"SELECT sumMerge(listens) FROM {db}.listens_by_10m")
     assert counted == len(batch.listens)
+
+
+def test_produce_reports_a_line_kafka_refuses_and_sends_the_rest(kafka_bootstrap, tmp_path):
+    """A line too large for the broker is reported with its number and counted as failed; a
+    line nested too deep for a key is sent unkeyed (its dead letter is the engine's to write,
+    as `toplist load` does); every other line is sent and the summary is printed."""
+    from test_cli import toplist
+
+    topic = "produce-hostile"
+    create_topic(kafka_bootstrap, topic, partitions=1)
+    good = ListenGenerator(seed=5).batch(20, AS_OF - timedelta(hours=1), AS_OF).lines[:20]
+    deep = "[" * 10_000 + "]" * 10_000
+    huge = '{"event_id": "' + "x" * 10_000_000 + '"}'
+    lines = [*good[:10], deep, huge, *good[10:]]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    run = toplist(tmp_path, "produce", "--brokers", kafka_bootstrap, "--topic", topic,
+                  str(tmp_path / "events.jsonl"))  # fmt: skip
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    assert summary.startswith("sent 22 · acknowledged 21 · failed 1 · unsettled 0"), summary
+    assert "error: line 12: " in run.stderr and "MessageSizeTooLarge" in run.stderr, run.stderr
