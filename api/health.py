@@ -43,7 +43,10 @@ def healthz():  # type: ignore[no-untyped-def]
             boards[board]["last_publish_error"] = state.metrics.last_publish_error[board]
     body: dict[str, object] = {"status": "ok", "boards": boards}
     if state.consumers:
-        body["kafka"] = {board: _consumer_health(c) for board, c in state.consumers.items()}
+        kafka = {board: _consumer_health(c) for board, c in state.consumers.items()}
+        body["kafka"] = kafka
+        if any(not c["running"] or c["reachable"] is False for c in kafka.values()):
+            body["status"] = "degraded"  # a consumer stopped, or its brokers do not answer
     return jsonify(body)
 
 
@@ -53,7 +56,8 @@ def _consumer_health(consumer) -> dict[str, object]:  # consumer: a KafkaIngest
         "running": status.running,
         "topic": consumer.topic,
         "messages": status.messages,
-        "lag": sum(status.lag.values()),
+        "reachable": status.reachable,
+        "lag": status.known_lag,
         "last_error": status.last_error,
     }
 

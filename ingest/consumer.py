@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 
 SOURCE = "kafka"
 _LAG_EVERY_SECONDS = 2.0
+_PROBE_SECONDS = 1.0
+# The errors a broker that answers again has ended (what a failed insert left stays until the
+# next batch is written).
+_BROKER_ERRORS = ("client:", "consume:", "lag:", "commit")
 _CLOSE_WAIT_SECONDS = 10.0  # a clean stop waits this long for its last commit
 
 
@@ -105,6 +109,13 @@ class ConsumerStatus:
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
     last_error: str | None = None
     last_batch_at: float | None = None
+    # Whether the brokers answered the last probe (every few seconds); None before the first.
+    # While they do not, the lag cannot be known: `known_lag` is None then.
+    reachable: bool | None = None
+
+    @property
+    def known_lag(self) -> int | None:
+        return sum(self.lag.values()) if self.reachable else None
 
 
 def instance_id(config: Config, board: Board = CHARTS) -> str:
@@ -268,6 +279,8 @@ class KafkaIngest:
         self.status.messages += len(batch)
         self.status.batches += 1
         self.status.last_batch_at = time.time()
+        if self.status.last_error and self.status.last_error.startswith(("insert", "repair")):
+            self.status.last_error = None  # the engine takes batches again
         for key, offset in batch.next_offsets().items():
             self._uncommitted[key] = max(self._uncommitted.get(key, -1), offset)
             self._applied[key] = max(self._applied.get(key, 0), offset)
@@ -377,6 +390,18 @@ class KafkaIngest:
         costs a round trip per partition); the committed side is what this process committed,
         or, for a partition it has not committed yet, what the group had committed before.
         """
+        try:
+            # A round trip to the brokers: librdkafka reports a lost broker (error_cb) but not
+            # its return, and its cached watermarks go on answering while it is away.
+            consumer.list_topics(self.topic, timeout=_PROBE_SECONDS)
+        except KafkaException as error:
+            self.status.reachable = False
+            self._record_error(f"client: brokers unreachable: {error}")
+            return
+        self.status.reachable = True
+        if self.status.last_error and self.status.last_error.startswith(_BROKER_ERRORS):
+            log.info("Kafka consumer: the brokers answer again")
+            self.status.last_error = None
         try:
             assigned = consumer.assignment()
             unknown = [tp for tp in assigned if (tp.topic, tp.partition) not in self._committed]

@@ -9,6 +9,7 @@ from kafka_support import create_topic, received, wait_for
 from reference import align
 from test_pipeline import AS_OF
 
+from api.app import create_app
 from ingest.consumer import KafkaIngest
 from ingest.generator import ListenGenerator
 from ingest.kafka_broker import start_broker
@@ -37,13 +38,22 @@ def test_a_broker_restart_mid_stream_loses_nothing_and_ingestion_resumes(tmp_pat
             retry_from=before.listens,
         )
         ingest = KafkaIngest(config, connect).start()
+        app = create_app(config, consumers={"charts": ingest})
+        api = app.test_client()
         try:
             produce_lines(broker.bootstrap, config.kafka_topic, before.lines)
             wait_for(
                 lambda: received(client, config.database) == len(before.lines), 60, "the first half"
             )
+            wait_for(lambda: ingest.status.reachable is True, 30, "a first probe")
             broker.stop()  # the consumer keeps running and sees the broker go away
             wait_for(lambda: ingest.status.last_error is not None, 30, "the consumer to notice")
+            wait_for(lambda: ingest.status.reachable is False, 30, "the probe to fail")
+            health = api.get("/healthz").get_json()
+            assert health["status"] == "degraded", health
+            down = health["kafka"]["charts"]
+            assert down["reachable"] is False and down["last_error"], down
+            assert down["lag"] is None, "a lag that cannot be known is reported as a number"
             broker.start()  # same port, same log directory
             produce_lines(broker.bootstrap, config.kafka_topic, after.lines)
             wait_for(
@@ -51,8 +61,14 @@ def test_a_broker_restart_mid_stream_loses_nothing_and_ingestion_resumes(tmp_pat
                 120,
                 "ingestion to resume by itself after the restart",
             )
+            wait_for(lambda: ingest.status.last_error is None, 30, "the error to clear")
+            health = api.get("/healthz").get_json()
+            assert health["status"] == "ok", health
+            back = health["kafka"]["charts"]
+            assert back["reachable"] is True and back["lag"] is not None, back
         finally:
             ingest.stop()
+            app.extensions["toplist"].close()
         assert ingest.status.running is False
         counts = client.query(
             f"SELECT (SELECT count() FROM {config.database}.listens),"

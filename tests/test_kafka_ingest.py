@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from datetime import timedelta
 
@@ -155,7 +156,7 @@ def test_produce_reports_a_line_kafka_refuses_and_sends_the_rest(kafka_bootstrap
     as `toplist load` does); every other line is sent and the summary is printed."""
     from test_cli import toplist
 
-    topic = "produce-hostile"
+    topic = f"produce-hostile-{uuid.uuid4().hex[:8]}"
     create_topic(kafka_bootstrap, topic, partitions=1)
     good = ListenGenerator(seed=5).batch(20, AS_OF - timedelta(hours=1), AS_OF).lines[:20]
     deep = "[" * 10_000 + "]" * 10_000
