@@ -211,8 +211,8 @@ def test_every_sharded_table_is_local_tables_under_a_distributed_one():
 
 def test_each_kafka_table_is_on_every_node_and_its_view_routes_through_the_shards():
     statements = cluster_statements()
-    kafka = [s for s in statements if "ENGINE = Kafka" in s]
-    assert len(kafka) == 4, "one Kafka engine table per board's topic"
+    kafka = {re.search(r"toplist\.(\w+)", s).group(1) for s in statements if "ENGINE = Kafka" in s}
+    assert len(kafka) == 4, "one Kafka engine table per board's topic (0023 creates them again)"
     views = {}
     for statement in statements:
         match = re.match(

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from toplist.boards import BOARDS
 from toplist.config import Config, ConfigError
 from toplist.migrate import MigrationError, discover, render
 
@@ -173,3 +174,31 @@ def test_kafka_settings_that_could_break_the_ddl_are_refused(overrides):
 def test_an_unknown_placeholder_is_an_error(config):
     with pytest.raises(MigrationError, match="unknown placeholder"):
         render("CREATE TABLE ${database}.t (${colum} String)", config)
+
+
+@pytest.mark.parametrize("consumers, threads", [(4, 1), (1, 0)])
+def test_several_kafka_engine_consumers_get_a_thread_each(client, config, consumers, threads):
+    """Without kafka_thread_per_consumer the consumers of a Kafka table share one thread and a
+    second one reads nothing more (ClickHouse issue 35153): 0023 recreates every board's Kafka
+    table with it whenever TOPLIST_KAFKA_CONSUMERS is above 1, and its view with it."""
+    server = replace(server_config(config), kafka_consumers=consumers)
+    statements = kafka_migration(23).statements(server)
+    tables = [s for s in statements if s.startswith("CREATE TABLE")]
+    views = [s for s in statements if s.startswith("CREATE MATERIALIZED VIEW")]
+    assert len(tables) == len(views) == len(BOARDS)
+    for table in tables:
+        formatted = format_query(client, table)
+        assert f"kafka_num_consumers = {consumers}" in formatted, formatted
+        assert f"kafka_thread_per_consumer = {threads}" in formatted, formatted
+    for board in BOARDS.values():
+        (view,) = [v for v in views if f".{board.prefix}_kafka_mv" in v]
+        assert f"TO {config.database}.{board.incoming}" in format_query(client, view)
+        first = "CREATE MATERIALIZED VIEW IF NOT EXISTS"
+        (before,) = [
+            s
+            for s in kafka_migration(9 if board.prefix == "listens" else 18).statements(server)
+            if s.startswith(f"{first} {config.database}.{board.prefix}_kafka_mv")
+        ]
+        assert view.split("AS SELECT", 1)[1] == before.split("AS SELECT", 1)[1], (
+            f"{board.name}: the recreated view reads otherwise than the one it replaces"
+        )

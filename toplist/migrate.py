@@ -9,7 +9,8 @@ A migration whose first line is `-- requires: kafka_engine` is applied only wher
 consumes Kafka itself (server mode with TOPLIST_KAFKA_BROKERS set); elsewhere it is left
 unapplied and unrecorded, so enabling Kafka later applies it. Such files may also use
 `${kafka_brokers}`, `${kafka_topic}` (and the other boards' `${kafka_topic_listeners}`,
-`${kafka_topic_sale}`, `${kafka_topic_popular}`), `${kafka_group}` and `${kafka_consumers}`,
+`${kafka_topic_sale}`, `${kafka_topic_popular}`), `${kafka_group}`, `${kafka_consumers}` and
+`${kafka_thread_per_consumer}` (1 when there is more than one consumer),
 rendered from the configuration (validated there, so they are safe inside SQL string
 literals), as is `${incoming_log_days}` (a positive integer) in any file.
 
@@ -85,6 +86,8 @@ def render(sql: str, config: Config) -> str:
         "kafka_topic_popular": config.kafka_topic_popular,
         "kafka_group": config.kafka_group,
         "kafka_consumers": str(config.kafka_consumers),
+        # More than one consumer needs a thread each to read in parallel (sql/0023).
+        "kafka_thread_per_consumer": "1" if config.kafka_consumers > 1 else "0",
         "incoming_log_days": str(config.incoming_log_days),
     }
 

@@ -1913,3 +1913,137 @@ FROM
     HAVING later_copies > 0
 )
 GROUP BY _batch_id, _source;
+
+-- 0023_kafka_thread_per_consumer.sql
+
+DROP TABLE toplist.listens_kafka_mv;
+
+DROP TABLE toplist.listens_kafka;
+
+CREATE TABLE IF NOT EXISTS toplist.listens_kafka
+(
+    message String
+)
+ENGINE = Kafka
+SETTINGS
+    kafka_broker_list = 'kafka:9092',
+    kafka_topic_list = 'listens',
+    kafka_group_name = 'toplist',
+    kafka_format = 'JSONAsString',
+    kafka_num_consumers = 1,
+    kafka_thread_per_consumer = 0,
+    kafka_handle_error_mode = 'stream',
+    kafka_max_block_size = 65536,
+    kafka_flush_interval_ms = 1000;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.listens_kafka_mv
+TO toplist.listens_incoming
+AS SELECT
+    if(_error = '', message, _raw_message) AS raw_message,
+    _topic,
+    toInt32(_partition) AS _partition,
+    toInt64(_offset) AS _offset,
+    toTimeZone(_timestamp_ms, 'UTC') AS _timestamp,
+    'kafka-engine' AS _source,
+    reinterpretAsUUID(sipHash128(_topic, _partition, toStartOfMinute(now()))) AS _batch_id,
+    now64(3) AS _received_at
+FROM toplist.listens_kafka;
+
+DROP TABLE toplist.playbacks_kafka_mv;
+
+DROP TABLE toplist.playbacks_kafka;
+
+CREATE TABLE IF NOT EXISTS toplist.playbacks_kafka
+(
+    message String
+)
+ENGINE = Kafka
+SETTINGS
+    kafka_broker_list = 'kafka:9092',
+    kafka_topic_list = 'playbacks',
+    kafka_group_name = 'toplist-listeners',
+    kafka_format = 'JSONAsString',
+    kafka_num_consumers = 1,
+    kafka_thread_per_consumer = 0,
+    kafka_handle_error_mode = 'stream',
+    kafka_max_block_size = 65536,
+    kafka_flush_interval_ms = 1000;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.playbacks_kafka_mv
+TO toplist.playbacks_incoming
+AS SELECT
+    if(_error = '', message, _raw_message) AS raw_message,
+    _topic,
+    toInt32(_partition) AS _partition,
+    toInt64(_offset) AS _offset,
+    toTimeZone(_timestamp_ms, 'UTC') AS _timestamp,
+    'kafka-engine' AS _source,
+    reinterpretAsUUID(sipHash128(_topic, _partition, toStartOfMinute(now()))) AS _batch_id,
+    now64(3) AS _received_at
+FROM toplist.playbacks_kafka;
+
+DROP TABLE toplist.orders_kafka_mv;
+
+DROP TABLE toplist.orders_kafka;
+
+CREATE TABLE IF NOT EXISTS toplist.orders_kafka
+(
+    message String
+)
+ENGINE = Kafka
+SETTINGS
+    kafka_broker_list = 'kafka:9092',
+    kafka_topic_list = 'orders',
+    kafka_group_name = 'toplist-sale',
+    kafka_format = 'JSONAsString',
+    kafka_num_consumers = 1,
+    kafka_thread_per_consumer = 0,
+    kafka_handle_error_mode = 'stream',
+    kafka_max_block_size = 65536,
+    kafka_flush_interval_ms = 1000;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.orders_kafka_mv
+TO toplist.orders_incoming
+AS SELECT
+    if(_error = '', message, _raw_message) AS raw_message,
+    _topic,
+    toInt32(_partition) AS _partition,
+    toInt64(_offset) AS _offset,
+    toTimeZone(_timestamp_ms, 'UTC') AS _timestamp,
+    'kafka-engine' AS _source,
+    reinterpretAsUUID(sipHash128(_topic, _partition, toStartOfMinute(now()))) AS _batch_id,
+    now64(3) AS _received_at
+FROM toplist.orders_kafka;
+
+DROP TABLE toplist.item_events_kafka_mv;
+
+DROP TABLE toplist.item_events_kafka;
+
+CREATE TABLE IF NOT EXISTS toplist.item_events_kafka
+(
+    message String
+)
+ENGINE = Kafka
+SETTINGS
+    kafka_broker_list = 'kafka:9092',
+    kafka_topic_list = 'item_events',
+    kafka_group_name = 'toplist-popular',
+    kafka_format = 'JSONAsString',
+    kafka_num_consumers = 1,
+    kafka_thread_per_consumer = 0,
+    kafka_handle_error_mode = 'stream',
+    kafka_max_block_size = 65536,
+    kafka_flush_interval_ms = 1000;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.item_events_kafka_mv
+TO toplist.item_events_incoming
+AS SELECT
+    if(_error = '', message, _raw_message) AS raw_message,
+    _topic,
+    toInt32(_partition) AS _partition,
+    toInt64(_offset) AS _offset,
+    toTimeZone(_timestamp_ms, 'UTC') AS _timestamp,
+    'kafka-engine' AS _source,
+    reinterpretAsUUID(sipHash128(_topic, _partition, toStartOfMinute(now()))) AS _batch_id,
+    now64(3) AS _received_at
+FROM toplist.item_events_kafka;
