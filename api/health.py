@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from flask import Blueprint, Response, jsonify
 
+from api.metrics import CONTENT_TYPE, Gauge
 from api.state import toplist
 from toplist.boards import BOARDS
 from toplist.snapshots import iso
@@ -60,9 +61,6 @@ def _consumer_health(consumer) -> dict[str, object]:  # consumer: a KafkaIngest
         "lag": status.known_lag,
         "last_error": status.last_error,
     }
-
-
-Gauge = tuple[str, str, str, dict[str, str], float]
 
 
 def _data_gauges() -> list[Gauge]:
@@ -169,4 +167,4 @@ def _snapshot_gauges(board: str, snapshot) -> list[Gauge]:  # snapshot: a Snapsh
 @health.get("/metrics")
 def metrics() -> Response:
     text = toplist().metrics.render(_data_gauges())
-    return Response(text, mimetype="text/plain; version=0.0.4")
+    return Response(text, content_type=CONTENT_TYPE)

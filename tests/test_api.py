@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -270,3 +273,30 @@ def test_corrections_with_a_body_nested_too_deep_is_a_400(config):
         assert answer.get_json()["error"]["code"] == "invalid_body"
     finally:
         app.extensions["toplist"].close()
+
+
+def test_metrics_sum_every_worker_process_in_multiprocess_mode(tmp_path):
+    """Served by several worker processes (PROMETHEUS_MULTIPROC_DIR shared by them), a scrape
+    of any one reports the requests and publications of all of them."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+
+    def worker(requests: int) -> str:
+        code = (
+            "from api.metrics import Metrics; metrics = Metrics()\n"
+            f"for _ in range({requests}):\n"
+            "    metrics.observe_request('/v1/charts/<scope>', 200, 0.01)\n"
+            "metrics.record_publication('charts', True)\n"
+            "print(metrics.render([]))"
+        )
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60, check=True)  # fmt: skip
+        return run.stdout
+
+    worker(2)
+    scraped = worker(3)
+    for line in (
+        'toplist_http_requests_total{endpoint="/v1/charts/<scope>",status="200"} 5.0',
+        'toplist_http_request_duration_seconds_count{endpoint="/v1/charts/<scope>"} 5.0',
+        'toplist_publications_total{board="charts",outcome="success"} 2.0',
+    ):
+        assert line in scraped, f"{line} not in:\n{scraped}"

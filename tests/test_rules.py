@@ -143,7 +143,7 @@ def test_copies_with_other_content_are_counted_as_conflicts_in_metrics(client, c
     finally:
         app.extensions["toplist"].close()
     assert (
-        f'toplist_ingest_conflicting_copies_total{{board="{board}",source="load"}} 3\n' in metrics
+        f'toplist_ingest_conflicting_copies_total{{board="{board}",source="load"}} 3.0\n' in metrics
     ), f"{board}: /metrics does not count the conflicting copies"
 
 
