@@ -24,9 +24,16 @@ $(CHROMIUM):
 	$(SUDO) apt-get install -y chromium \
 	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
 
+# The alert rules are checked with promtool (Debian's prometheus package).
+PROMTOOL := /usr/bin/promtool
+$(PROMTOOL):
+	@echo "installing Debian's prometheus for promtool (the alert rules test)"
+	$(SUDO) apt-get install -y --no-install-recommends prometheus \
+	  || ($(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends prometheus)
+
 # The compose-file tests validate docker/compose*.yml with `docker compose config`; where the
 # docker client lacks its compose plugin, docker/ensure-compose.sh builds it once with Go.
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(PROMTOOL)
 	$(VENV)/bin/ruff check .
 	bash docker/ensure-compose.sh
 	$(VENV)/bin/pytest

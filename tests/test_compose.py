@@ -60,7 +60,9 @@ def compose_config(name: str) -> dict:
 def test_the_server_mode_compose_file_is_valid_and_complete(monkeypatch):
     config = compose_config("compose.yml")
     services = config["services"]
-    assert set(services) == {"clickhouse", "kafka", "migrate", "scheduler", "api", "toplist"}
+    assert set(services) == {
+        "clickhouse", "kafka", "migrate", "scheduler", "api", "toplist", "prometheus", "grafana",
+    }  # fmt: skip
     for name, service in services.items():
         image = service["image"]
         assert ":" in image and not image.endswith(":latest"), f"{name}: {image} is not pinned"
@@ -93,6 +95,17 @@ def test_the_server_mode_compose_file_is_valid_and_complete(monkeypatch):
         "toplist",
     )
     assert services["migrate"]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
+    # Prometheus and Grafana, provisioned from docker/prometheus and docker/grafana.
+    for name, target in (
+        ("prometheus", "/etc/prometheus"),
+        ("grafana", "/etc/grafana/provisioning"),
+        ("grafana", "/var/lib/grafana/dashboards"),
+    ):
+        (source,) = [v["source"] for v in services[name]["volumes"] if v["target"] == target]
+        assert Path(source).is_dir() and any(Path(source).iterdir()), (name, target)
+    assert (
+        "grafana-clickhouse-datasource" in services["grafana"]["environment"]["GF_INSTALL_PLUGINS"]
+    )
 
 
 def test_the_cluster_compose_file_is_two_shards_of_two_replicas_with_keeper():

@@ -1,0 +1,93 @@
+"""What ships beside the service for its operators (docker/prometheus, docker/grafana): alert
+rules and a Prometheus configuration that promtool accepts, and a dashboard and rules that ask
+only for metrics `/metrics` really has, with every board ingesting, a consumer running and a
+board published."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+from kafka_support import create_topic, wait_for
+
+from api.app import create_app
+from ingest.consumer import KafkaIngest
+from ingest.load import load_lines
+from publish.publisher import publish
+from toplist.boards import BOARDS
+from toplist.engine import connect
+
+DOCKER = Path(__file__).resolve().parent.parent / "docker"
+RULES = DOCKER / "prometheus" / "alerts.yml"
+PROMETHEUS = DOCKER / "prometheus" / "prometheus.yml"
+DASHBOARD = DOCKER / "grafana" / "dashboards" / "toplist.json"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+
+def test_promtool_accepts_the_alert_rules_and_the_prometheus_configuration():
+    assert Path(PROMTOOL).exists(), "no promtool: `make test` installs Debian's prometheus"
+    for command in (["check", "rules", str(RULES)], ["check", "config", str(PROMETHEUS)]):
+        run = subprocess.run([PROMTOOL, *command], capture_output=True, text=True, check=False)
+        assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _queried_metrics() -> dict[str, str]:
+    """Every metric name the rules and the dashboard ask Prometheus for, and where."""
+    asked: dict[str, str] = {}
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            for name in re.findall(r"\btoplist_[a-z_]+", rule["expr"]):
+                asked[name] = f"rule {rule['alert']}"
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for target in panel["targets"]:
+            for name in re.findall(r"\btoplist_[a-z_]+", target.get("expr", "")):
+                asked[name] = f"panel {panel['title']!r}"
+    return asked
+
+
+def test_every_metric_the_dashboard_and_the_rules_query_is_in_metrics(
+    client, config, kafka_bootstrap
+):
+    db = config.database
+    now = datetime.now(UTC)
+    event = {
+        "charts": {"event_id": "e1", "song_id": "s1", "user_id": "u1", "country": "SE"},
+        "listeners": {"user_id": "u1", "playback_id": "p1", "type": "START", "version": 1,
+                      "song_id": "s1"},
+        "sale": {"event_id": "e1", "order_id": "o1", "product_id": "p1", "buyer_id": "b1",
+                 "units": 1, "amount_cents": 100},
+        "popular": {"event_id": "e1", "item_id": "i1", "restaurant_id": "r1", "city_id": "sf",
+                    "type": "view", "user_id": "u1"},
+    }  # fmt: skip
+    for name, fields in event.items():
+        line = json.dumps({**fields, "event_time": (now - timedelta(minutes=1)).isoformat()})
+        load_lines(client, db, [line, line, "not json"], board=BOARDS[name])
+    topic = f"monitoring-{uuid.uuid4().hex[:8]}"
+    consumed = replace(config, kafka_brokers=kafka_bootstrap, kafka_topic=topic)
+    create_topic(kafka_bootstrap, consumed.kafka_topic, partitions=1)
+    consumer = KafkaIngest(consumed, connect).start()
+    app = create_app(config, consumers={"charts": consumer})
+    try:
+        wait_for(
+            lambda: consumer.status.reachable is True and bool(consumer.status.lag),
+            60,
+            "the consumer to reach Kafka and learn its lag",
+        )
+        state = app.extensions["toplist"]
+        state.on_publication("charts", publish(client, config, now), None)
+        api = app.test_client()
+        assert api.get("/v1/charts/SE").status_code == 200
+        metrics = api.get("/metrics").get_data(as_text=True)
+    finally:
+        consumer.stop()
+        app.extensions["toplist"].close()
+    exposed = {line.split("{")[0].split(" ")[0] for line in metrics.splitlines() if line[:1] != "#"}
+    missing = {name: where for name, where in _queried_metrics().items() if name not in exposed}
+    assert not missing, f"queried but not in /metrics: {missing}"
