@@ -235,3 +235,18 @@ def test_clickhouse_own_databases_are_refused_up_front(tmp_path):
             " databases (_temporary_and_external_tables, information_schema, system);"
             " choose another name"
         ], run.stderr
+
+
+def test_serve_on_a_port_in_use_says_so_without_announcing_itself(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = toplist(tmp_path, "serve", "--host", "127.0.0.1", "--port", str(port))
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "serving" not in run.stdout + run.stderr, "announced an API that never listened"
+    (message,) = [line for line in run.stderr.splitlines() if line.startswith("toplist serve:")]
+    assert "in use" in message, run.stderr
+    assert "Traceback" not in run.stderr
