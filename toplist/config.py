@@ -85,7 +85,7 @@ class Config:
     policy: str = "v1"
     policies: tuple[str, ...] = POLICIES
     snapshot_retention: int = 24
-    load_batch_rows: int = 50_000
+    load_batch_rows: int = 200_000
     # How often an API process asks the registry for a new snapshot. Embedded, none by
     # default: no other process can publish, and every in-process publication tells the cache.
     cache_poll_seconds: float = 1.0
