@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import defaultdict
 from collections.abc import Iterator
 
 from prometheus_client import (
@@ -56,7 +55,6 @@ class Metrics:
             ["board", "outcome"],
             registry=self.registry,
         )
-        self.publications: dict[tuple[str, str], int] = defaultdict(int)
         self.last_publish_error: dict[str, str] = {}  # by board, until it publishes again
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
@@ -64,14 +62,17 @@ class Metrics:
         self._latency.labels(endpoint).observe(seconds)
 
     def record_publication(self, board: str, ok: bool, error: str | None = None) -> None:
-        outcome = "success" if ok else "failure"
-        self._publications.labels(board, outcome).inc()
+        self._publications.labels(board, "success" if ok else "failure").inc()
         with self._lock:
-            self.publications[(board, outcome)] += 1
             if ok:
                 self.last_publish_error.pop(board, None)
             else:
                 self.last_publish_error[board] = error or "failed"
+
+    def publications(self, board: str, outcome: str) -> int:
+        """Publications of `board` this process attempted with `outcome` (success, failure)."""
+        labels = {"board": board, "outcome": outcome}
+        return int(self.registry.get_sample_value("toplist_publications_total", labels) or 0)
 
     def render(self, gauges: list[Gauge]) -> str:
         """This process's metrics (every worker's, in multiprocess mode), then `gauges`."""

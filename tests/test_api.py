@@ -184,7 +184,7 @@ def test_scheduler_job_survives_a_failure_and_reports_it(app, client, config, pu
     state = app.extensions["toplist"]
     with aggregates_missing(client, config):
         assert publish_job(config, "charts", state.on_publication) is None
-    assert state.metrics.publications[("charts", "failure")] == 1
+    assert state.metrics.publications("charts", "failure") == 1
     api = app.test_client()
     assert api.get("/v1/charts/SE").get_json()["snapshot_id"] == published.snapshot_id
     assert "last_publish_error" in api.get("/healthz").get_json()["boards"]["charts"]

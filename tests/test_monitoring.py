@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 from kafka_support import create_topic, wait_for
+from test_rules import _event
 
 from api.app import create_app
 from ingest.consumer import KafkaIngest
@@ -57,18 +58,10 @@ def test_every_metric_the_dashboard_and_the_rules_query_is_in_metrics(
 ):
     db = config.database
     now = datetime.now(UTC)
-    event = {
-        "charts": {"event_id": "e1", "song_id": "s1", "user_id": "u1", "country": "SE"},
-        "listeners": {"user_id": "u1", "playback_id": "p1", "type": "START", "version": 1,
-                      "song_id": "s1"},
-        "sale": {"event_id": "e1", "order_id": "o1", "product_id": "p1", "buyer_id": "b1",
-                 "units": 1, "amount_cents": 100},
-        "popular": {"event_id": "e1", "item_id": "i1", "restaurant_id": "r1", "city_id": "sf",
-                    "type": "view", "user_id": "u1"},
-    }  # fmt: skip
-    for name, fields in event.items():
-        line = json.dumps({**fields, "event_time": (now - timedelta(minutes=1)).isoformat()})
-        load_lines(client, db, [line, line, "not json"], board=BOARDS[name])
+    moment = (now - timedelta(minutes=1)).isoformat()
+    for name, board in BOARDS.items():
+        line = _event(name, 1, moment)
+        load_lines(client, db, [line, line, "not json"], board=board)
     topic = f"monitoring-{uuid.uuid4().hex[:8]}"
     consumed = replace(config, kafka_brokers=kafka_bootstrap, kafka_topic=topic)
     create_topic(kafka_bootstrap, consumed.kafka_topic, partitions=1)
