@@ -45,7 +45,6 @@ MALFORMED_LINES: tuple[str, ...] = (
     "this is not json",
     '{"event_id": "truncated", "song_id": ',
     "[1, 2, 3]",
-    "",
     _bad(event_id=_MISSING),
     _bad(event_id=""),
     _bad(event_id=42),
@@ -55,6 +54,8 @@ MALFORMED_LINES: tuple[str, ...] = (
     _bad(event_id="no-offset", event_time="2026-12-01T10:00:00"),
     _bad(event_id="bad-hour", event_time="2026-12-01T25:00:00Z"),
     _bad(event_id="float-time", event_time=1764600000000.5),
+    _bad(event_id="epoch-seconds", event_time=1764600000),
+    _bad(event_id="leap-second", event_time="2016-12-31T23:59:60Z"),
     _bad(event_id="no-song", song_id=_MISSING),
     _bad(event_id="no-user", user_id=_MISSING),
 )

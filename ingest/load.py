@@ -52,18 +52,20 @@ INCOMING_COLUMNS = [
 
 @dataclass
 class LoadResult:
-    """What became of one load: read = accepted + duplicates + rejected; `conflicts` are the
-    duplicates whose content differs from the copy that counted (sql/0022)."""
+    """What became of one load: read = accepted + duplicates + rejected + blank; `conflicts`
+    are the duplicates whose content differs from the copy that counted (sql/0022); `blank`
+    lines (nothing but white space) are skipped, not sent."""
 
     batch_ids: list[uuid.UUID] = field(default_factory=list)
     read: int = 0
     accepted: int = 0
     rejected: int = 0
     conflicts: int = 0
+    blank: int = 0
 
     @property
     def duplicates(self) -> int:
-        return self.read - self.accepted - self.rejected
+        return self.read - self.blank - self.accepted - self.rejected
 
     def as_dict(self) -> dict[str, int | str]:
         return {
@@ -73,6 +75,7 @@ class LoadResult:
             "duplicates": self.duplicates,
             "rejected": self.rejected,
             "conflicts": self.conflicts,
+            "blank": self.blank,
         }
 
 
@@ -83,10 +86,22 @@ def read_lines(stream: BinaryIO) -> Iterator[bytes]:
         yield line
 
 
-def _chunks(lines: Iterable[bytes | str], size: int) -> Iterator[list[bytes]]:
+def is_blank(line: bytes) -> bool:
+    """A line of nothing but JSON white space: no message, so skipped (and counted) by a load
+    and by `toplist produce` rather than dead-lettered."""
+    return not line.strip(b" \t\r\n")
+
+
+def _chunks(lines: Iterable[bytes | str], size: int, result: LoadResult) -> Iterator[list[bytes]]:
+    """The non-blank lines in lists of `size`; every line read is counted in `result`."""
     chunk: list[bytes] = []
     for line in lines:
-        chunk.append(line.encode() if isinstance(line, str) else line)
+        line = line.encode() if isinstance(line, str) else line
+        result.read += 1
+        if is_blank(line):
+            result.blank += 1
+            continue
+        chunk.append(line)
         if len(chunk) >= size:
             yield chunk
             chunk = []
@@ -265,7 +280,8 @@ def load_lines(
     """Insert lines into the incoming table in batches; return the counts of the whole load.
 
     Each batch is all or nothing (see the module docstring); when this returns, every line is
-    either in the raw table, recognised as a duplicate, or in the dead-letter table. A load
+    either in the raw table, recognised as a duplicate, in the dead-letter table, or blank
+    (skipped and counted). A load
     cut off part-way is resumed by loading the same lines again: a batch is identified by its
     lines (`content_batch_id`), so the batches already applied are not applied again (their
     lines count as duplicates, their bad lines as rejected, dead-lettered once). Call
@@ -274,7 +290,7 @@ def load_lines(
     """
     result = LoadResult()
     applied_before: list[uuid.UUID] = []
-    for number, chunk in enumerate(_chunks(lines, batch_rows)):
+    for number, chunk in enumerate(_chunks(lines, batch_rows, result)):
         batch_id = content_batch_id(board, source, number, chunk)
         if _is_done(client, database, batch_id, board):
             applied_before.append(batch_id)
@@ -287,7 +303,6 @@ def load_lines(
                 board,
             )
             result.batch_ids.append(batch_id)
-        result.read += len(chunk)
         if progress:
             progress(result.read)
     if result.batch_ids:
@@ -302,10 +317,11 @@ def load_lines(
         earlier, _, rejected_before, _ = batch_counts(client, database, applied_before)
         received += earlier
         result.rejected += rejected_before
-    if received != result.read:
+    sent = result.read - result.blank
+    if received != sent:
         raise RuntimeError(
             f"the engine recorded {received} messages for"
-            f" {len(result.batch_ids) + len(applied_before)} batches, but {result.read} were sent"
+            f" {len(result.batch_ids) + len(applied_before)} batches, but {sent} were sent"
         )
     return result
 

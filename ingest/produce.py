@@ -15,7 +15,8 @@ reach the dead-letter table, since validation happens only in SQL behind the inc
 
 Messages are sent as the exact bytes of each line, so a dead letter keeps what was sent. A
 line the client refuses to send (larger than the broker takes) is counted as failed and
-reported with its number, and the lines after it are still sent.
+reported with its number, and the lines after it are still sent. A blank line (nothing but
+white space) is no message: it is skipped and counted, as `toplist load` does.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
+from ingest.load import is_blank
+
 
 @dataclass
 class ProduceResult:
@@ -36,6 +39,7 @@ class ProduceResult:
     acked: int = 0
     failed: int = 0
     unkeyed: int = 0
+    blank: int = 0
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -50,6 +54,7 @@ class ProduceResult:
             "failed": self.failed,
             "unsettled": self.unsettled,
             "unkeyed": self.unkeyed,
+            "blank": self.blank,
         }
 
 
@@ -105,6 +110,9 @@ def produce_lines(
     try:
         for number, line in enumerate(lines, start=1):
             value = line.encode() if isinstance(line, str) else line
+            if is_blank(value):
+                result.blank += 1
+                continue
             key = event_key(value, key_field)
             if key is None:
                 result.unkeyed += 1

@@ -55,14 +55,14 @@ def test_load_publish_void_rebuild_follow_one_another(tmp_path):
     as_of = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     batch = ListenGenerator(seed=2).batch(1_000, as_of - timedelta(days=2), as_of, malformed=4)
     events = tmp_path / "events.jsonl"
-    events.write_text("\n".join(batch.lines) + "\n")
+    events.write_text("\n".join(batch.lines) + "\n\n \r\n")  # two blank lines at the end
 
     loaded = toplist(tmp_path, "load", str(events))
     assert loaded.returncode == 0, loaded.stderr
     assert (
-        f"read {len(batch.lines):,} · accepted 1,000 · duplicates {batch.duplicates:,}"
-        f" · rejected 4" in loaded.stdout
-    )
+        f"read {len(batch.lines) + 2:,} · accepted 1,000 · duplicates {batch.duplicates:,}"
+        f" · rejected 4 (see toplist.listens_dead_letters) · blank 2 (skipped)" in loaded.stdout
+    ), loaded.stdout
 
     published = toplist(tmp_path, "publish", "--as-of", "2026-12-01T12:09:59Z")
     assert published.returncode == 0, published.stderr

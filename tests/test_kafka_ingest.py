@@ -153,7 +153,8 @@ def test_a_failed_insert_is_retried_from_the_same_offsets(client, config, kafka_
 def test_produce_reports_a_line_kafka_refuses_and_sends_the_rest(kafka_bootstrap, tmp_path):
     """A line too large for the broker is reported with its number and counted as failed; a
     line nested too deep for a key is sent unkeyed (its dead letter is the engine's to write,
-    as `toplist load` does); every other line is sent and the summary is printed."""
+    as `toplist load` does); a blank line is skipped and counted; every other line is sent and
+    the summary is printed."""
     from test_cli import toplist
 
     topic = f"produce-hostile-{uuid.uuid4().hex[:8]}"
@@ -161,7 +162,7 @@ def test_produce_reports_a_line_kafka_refuses_and_sends_the_rest(kafka_bootstrap
     good = ListenGenerator(seed=5).batch(20, AS_OF - timedelta(hours=1), AS_OF).lines[:20]
     deep = "[" * 10_000 + "]" * 10_000
     huge = '{"event_id": "' + "x" * 10_000_000 + '"}'
-    lines = [*good[:10], deep, huge, *good[10:]]
+    lines = [*good[:10], "", deep, " \t", huge, *good[10:]]
     (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
     run = toplist(tmp_path, "produce", "--brokers", kafka_bootstrap, "--topic", topic,
                   str(tmp_path / "events.jsonl"))  # fmt: skip
@@ -169,4 +170,5 @@ def test_produce_reports_a_line_kafka_refuses_and_sends_the_rest(kafka_bootstrap
     assert "Traceback" not in run.stderr, run.stderr[-3000:]
     summary = run.stdout.strip().splitlines()[-1]
     assert summary.startswith("sent 22 · acknowledged 21 · failed 1 · unsettled 0"), summary
-    assert "error: line 12: " in run.stderr and "MessageSizeTooLarge" in run.stderr, run.stderr
+    assert summary.endswith(" · blank 2 (skipped)"), summary
+    assert "error: line 14: " in run.stderr and "MessageSizeTooLarge" in run.stderr, run.stderr

@@ -43,7 +43,7 @@ def board_entries(client, db: str, snapshot_id: str) -> dict[tuple[str, str, str
 
 def load(client, db: str, board: str, lines: list[str]):
     result = load_lines(client, db, lines, board=BOARDS[board])
-    assert result.read == result.accepted + result.duplicates + result.rejected
+    assert result.read == result.accepted + result.duplicates + result.rejected + result.blank
     assert result.duplicates >= 0, "a load reported more accepted and rejected than it read"
     return result
 
@@ -147,14 +147,28 @@ def test_copies_with_other_content_are_counted_as_conflicts_in_metrics(client, c
     ), f"{board}: /metrics does not count the conflicting copies"
 
 
+START = ", the start of the times Toplist counts"
+END = ", the end of the times Toplist counts"
+SECONDS = (
+    " looks like epoch seconds: integer times are epoch milliseconds,"
+    " from 100000000000 (1973-03-03T09:46:40Z)"
+)
 BAD_TIMES = {
-    "1899-01-01T00:00:00Z": "before 1970-01-01T00:00:00Z",
-    "0001-01-01T00:00:00Z": "before 1970-01-01T00:00:00Z",
-    -1: "before 1970-01-01T00:00:00Z",
-    "2200-01-01T00:00:00Z": "not before 2106-01-01T00:00:00Z",
-    "9999-12-31T23:59:59Z": "not before 2106-01-01T00:00:00Z",
-    4_291_747_200_000: "not before 2106-01-01T00:00:00Z",  # 2106-01-01 in epoch milliseconds
-    18_446_744_073_709_551_615: "not before 2106-01-01T00:00:00Z",
+    "1899-01-01T00:00:00Z": "before 1970-01-01T00:00:00Z" + START,
+    "0001-01-01T00:00:00Z": "before 1970-01-01T00:00:00Z" + START,
+    -1: "before 1970-01-01T00:00:00Z" + START,
+    "2200-01-01T00:00:00Z": "not before 2106-01-01T00:00:00Z" + END,
+    "9999-12-31T23:59:59Z": "not before 2106-01-01T00:00:00Z" + END,
+    4_291_747_200_000: "not before 2106-01-01T00:00:00Z" + END,  # 2106-01-01 in epoch millis
+    18_446_744_073_709_551_615: "not before 2106-01-01T00:00:00Z" + END,
+    "2016-12-31T23:59:60Z": "a leap second (second 60), which Toplist's times do not have:"
+    " send :59.999 instead",
+    "2016-12-31T23:59:60.5+00:00": "a leap second (second 60), which Toplist's times do not"
+    " have: send :59.999 instead",
+    1_764_600_000: "1764600000" + SECONDS,  # 2025-12-01T14:40:00Z in epoch seconds
+    0: "0" + SECONDS,
+    99_999_999_999: "99999999999" + SECONDS,
+    "2016-12-31T23:59:61Z": "not an RFC 3339 time with offset",
 }
 
 
@@ -176,21 +190,36 @@ def test_one_time_rule_on_every_board(client, config, board):
     arrival = datetime.now(UTC)
     too_far_ahead = (arrival + timedelta(days=2)).isoformat()
     within = (arrival + timedelta(hours=1)).isoformat()  # a producer's clock running ahead
-    times = {**BAD_TIMES, too_far_ahead: "more than 86400 seconds ahead of its arrival"}
+    times = {
+        **BAD_TIMES,
+        too_far_ahead: "more than 86400 seconds ahead of its arrival (TOPLIST_MAX_FUTURE_SECONDS)",
+    }
     lines = [_event(board, n, moment) for n, moment in enumerate(times)]
-    lines += [_event(board, 100, "1970-01-01T00:00:00Z"), _event(board, 101, within)]
+    lines += [
+        _event(board, 100, "1970-01-01T00:00:00Z"),
+        _event(board, 101, within),
+        _event(board, 102, 100_000_000_000),  # the first integer time counted
+    ]
     result = load(client, db, board, lines)
-    assert (result.accepted, result.rejected) == (2, len(times)), (
+    assert (result.accepted, result.rejected) == (3, len(times)), (
         f"{board}: the time rule let an event through or refused a good one"
     )
     dead_letters = f"{db}.{BOARDS[board].dead_letters}"
     reasons = dict(client.query(f"SELECT raw_message, reason FROM {dead_letters}").result_rows)
     for line, moment in zip(lines, times, strict=False):
-        assert reasons[line] == f"event_time: {times[moment]}" + (
-            ", the start of the times Toplist counts" if "before 1970" in times[moment]
-            else ", the end of the times Toplist counts" if "2106" in times[moment]
-            else " (TOPLIST_MAX_FUTURE_SECONDS)"
-        ), f"{board}: {moment!r} got {reasons[line]!r}"  # fmt: skip
+        assert reasons[line] == f"event_time: {times[moment]}", (
+            f"{board}: {moment!r} got {reasons[line]!r}"
+        )
+
+
+@pytest.mark.parametrize("board", ["charts", "listeners", "sale", "popular"])
+def test_blank_lines_are_skipped_and_counted_on_every_board(client, config, board):
+    """A blank line is no message: counted as blank, never a dead letter or a duplicate."""
+    lines = ["", _event(board, 1, EARLIER), "   ", "\t\r", _event(board, 2, EARLIER), ""]
+    result = load(client, config.database, board, lines)
+    assert (result.read, result.blank, result.accepted, result.duplicates) == (6, 4, 2, 0)
+    dead = client.command(f"SELECT count() FROM {config.database}.{BOARDS[board].dead_letters}")
+    assert (result.rejected, dead) == (0, 0), f"{board}: a blank line was dead-lettered"
 
 
 def test_the_last_moment_counted_is_just_before_2106(client, config):

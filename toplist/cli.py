@@ -97,6 +97,7 @@ def cmd_load(args: argparse.Namespace, config: Config) -> int:
     print(
         f"read {result.read:,} · {counts} · rejected {result.rejected:,}"
         + (f" (see {config.database}.{way_in.dead_letters})" if result.rejected else "")
+        + (f" · blank {result.blank:,} (skipped)" if result.blank else "")
     )
     return 0
 
@@ -315,6 +316,7 @@ def cmd_produce(args: argparse.Namespace, config: Config) -> int:
     print(
         f"sent {result.sent:,} · acknowledged {result.acked:,} · failed {result.failed:,}"
         f" · unsettled {result.unsettled:,} · without {key} (unkeyed) {result.unkeyed:,}"
+        + (f" · blank {result.blank:,} (skipped)" if result.blank else "")
     )
     for error in result.errors:
         _say(f"  error: {error}")

@@ -89,7 +89,8 @@ _CREATE_VIEW = re.compile(
     re.S,
 )
 _CREATE_FUNCTION = re.compile(
-    r"^CREATE FUNCTION (IF NOT EXISTS )?(?P<name>\w+)\s+(?P<rest>AS .*)$", re.S
+    r"^CREATE (?P<replace>OR REPLACE )?FUNCTION (IF NOT EXISTS )?(?P<name>\w+)\s+(?P<rest>AS .*)$",
+    re.S,
 )
 _CREATE_DATABASE = re.compile(r"^CREATE DATABASE (IF NOT EXISTS )?(?P<name>\w+)$")
 _ALTER = re.compile(r"^ALTER TABLE (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>.*)$", re.S)
@@ -261,10 +262,12 @@ class ClusterRenderer:
         ]
 
     def _function(self, match: re.Match[str]) -> list[str]:
-        return [
-            f"CREATE FUNCTION IF NOT EXISTS {match.group('name')} {self.on_cluster}\n"
-            f"{match.group('rest')}"
-        ]
+        create = (
+            "CREATE OR REPLACE FUNCTION"
+            if match.group("replace")
+            else "CREATE FUNCTION IF NOT EXISTS"
+        )
+        return [f"{create} {match.group('name')} {self.on_cluster}\n{match.group('rest')}"]
 
     def _alter(self, match: re.Match[str]) -> list[str]:
         db, name, rest = match.group("db"), match.group("name"), match.group("rest")
