@@ -44,6 +44,10 @@ TOP_SONGS = {
     ("DE", "24h"): "de-favourite",
 }
 
+# A song id with direction controls (right-to-left override, an unclosed isolate): the page
+# must keep them from reordering anything outside the id.
+BIDI_SONG = "x\u202eevil\u2067"
+
 
 def board_listens() -> list[str]:
     """SE: a song with 40 listens 5 hours ago, one with 25 in the last hour; DE: its own."""
@@ -54,6 +58,7 @@ def board_listens() -> list[str]:
         ("DE", "de-favourite", 30, timedelta(hours=2)),
         ("DE", "de-second", 12, timedelta(minutes=40)),
         ("NO", "no-song", 3, timedelta(hours=3)),
+        ("NO", BIDI_SONG, 2, timedelta(hours=3)),
     ]
     lines = []
     for country, song_id, count, ago in plan:

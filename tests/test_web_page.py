@@ -9,7 +9,7 @@ import shutil
 from dataclasses import replace
 
 import pytest
-from live_api import ARTIFACTS, TOP_SONGS, live_api
+from live_api import ARTIFACTS, BIDI_SONG, TOP_SONGS, live_api
 from playwright.sync_api import expect, sync_playwright
 
 # Debian's chromium (the Makefile installs it); Playwright drives it, no browser download.
@@ -95,3 +95,24 @@ def test_the_page_shows_the_other_boards(served, page):
     expect(page.locator("#sale li").first).to_have_attribute("data-item", "product-000")
     expect(page.locator("#listeners-meta")).to_contain_text("listening")
     page.screenshot(path=str(ARTIFACTS / "web-page-boards.png"), full_page=True)
+
+
+def test_direction_controls_in_an_id_stay_inside_it(served, page):
+    """A song id holding U+202E (right-to-left override) and an unclosed U+2067 is shown
+    isolated: the other cells of its row and the rows after it keep their order."""
+    page.goto(served.url + "/")
+    page.select_option("#scope", "NO")
+    row = page.locator(f'#board li[data-song="{BIDI_SONG}"]')
+    expect(row).to_have_count(1)
+    cell = row.locator(".song")
+    expect(cell).to_have_text(BIDI_SONG)
+    expect(page.locator("#shelf li .song").first).to_be_visible()  # every list is drawn
+    isolation = page.evaluate(
+        "Array.from(document.querySelectorAll('.song'), (e) => getComputedStyle(e).unicodeBidi)"
+    )
+    assert len(isolation) > 2 and set(isolation) <= {"isolate", "isolate-override", "plaintext"}
+    assert cell.get_attribute("title") == f"\u2068{BIDI_SONG}\u2069"
+    # What a reader sees: the rank, the id, the count, left to right as on every other row.
+    boxes = [row.locator(part).bounding_box() for part in (".rank", ".song", ".listens")]
+    assert boxes[0]["x"] < boxes[1]["x"] < boxes[2]["x"]
+    page.screenshot(path=str(ARTIFACTS / "web-page-direction-controls.png"), full_page=True)
