@@ -17,7 +17,7 @@ from pathlib import Path
 from werkzeug.serving import make_server
 
 from api.app import create_app
-from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
+from ingest.board_events import Events, ItemEventGenerator, OrderGenerator, PlaybackGenerator
 from ingest.catalog import load_catalog
 from ingest.generator import Listen
 from ingest.load import load_lines
@@ -68,24 +68,28 @@ def board_listens() -> list[str]:
     return lines
 
 
-def load_other_boards(client, config: Config) -> None:
-    """A little of each other board, published at AS_OF (the sale's top product is
-    product-000, and its top buyer BUYER)."""
+def other_boards() -> tuple[list[dict], dict[str, Events]]:
+    """The catalog, and the events of each other board (the sale's top product is
+    product-000, and its top buyer BUYER): the same every call."""
     items = ItemEventGenerator(seed=3)
-    load_catalog(client, config.database, [json.dumps(row) for row in items.catalog()])
-    for board, lines in (
-        (
-            "listeners",
-            PlaybackGenerator(seed=3, users=40).history(AS_OF - timedelta(minutes=5), AS_OF).lines,
+    sale = OrderGenerator(seed=3).orders(300, AS_OF - timedelta(hours=1), AS_OF)
+    sale.lines.append(BUYER_ORDER)
+    sale.events.append(json.loads(BUYER_ORDER))
+    return items.catalog(), {
+        "listeners": PlaybackGenerator(seed=3, users=40).history(
+            AS_OF - timedelta(minutes=5), AS_OF
         ),
-        (
-            "sale",
-            OrderGenerator(seed=3).orders(300, AS_OF - timedelta(hours=1), AS_OF).lines
-            + [BUYER_ORDER],
-        ),
-        ("popular", items.events(600, AS_OF - timedelta(hours=2), AS_OF).lines),
-    ):
-        load_lines(client, config.database, lines, board=BOARDS[board])
+        "sale": sale,
+        "popular": items.events(600, AS_OF - timedelta(hours=2), AS_OF),
+    }
+
+
+def load_other_boards(client, config: Config) -> None:
+    """Load and publish the other boards' events at AS_OF."""
+    catalog, events = other_boards()
+    load_catalog(client, config.database, [json.dumps(row) for row in catalog])
+    for board, generated in events.items():
+        load_lines(client, config.database, generated.lines, board=BOARDS[board])
         publish(client, config, board=board, as_of=AS_OF)
 
 

@@ -187,10 +187,16 @@ def test_scheduler_job_survives_a_failure_and_reports_it(app, client, config, pu
     assert state.metrics.publications("charts", "failure") == 1
     api = app.test_client()
     assert api.get("/v1/charts/SE").get_json()["snapshot_id"] == published.snapshot_id
-    assert "last_publish_error" in api.get("/healthz").get_json()["boards"]["charts"]
+    served = api.get("/healthz").get_json()["boards"]["charts"]
+    assert served["snapshot_id"] == published.snapshot_id, "the previous snapshot is served"
+    error = served["last_publish_error"]
+    assert "charts: ranking failed, nothing was published" in error and "listens_by_10m" in error
     snapshot = publish_job(config, "charts", state.on_publication)
     assert snapshot is not None
     assert api.get("/v1/charts/SE").get_json()["snapshot_id"] == snapshot.snapshot_id
+    assert "last_publish_error" not in api.get("/healthz").get_json()["boards"]["charts"], (
+        "the error of a failed publication stays after the board published again"
+    )
 
 
 def test_stale_snapshot_is_flagged(client, config, published):

@@ -66,6 +66,12 @@ def test_a_broker_restart_mid_stream_loses_nothing_and_ingestion_resumes(tmp_pat
             assert health["status"] == "ok", health
             back = health["kafka"]["charts"]
             assert back["reachable"] is True and back["lag"] is not None, back
+            assert back["running"] is True and back["topic"] == config.kafka_topic, back
+            sent = len(before.lines + after.lines)
+            wait_for(lambda: api.get("/healthz").get_json()["kafka"]["charts"]["messages"] == sent,
+                     10, "messages to count every message written")  # fmt: skip
+            wait_for(lambda: api.get("/healthz").get_json()["kafka"]["charts"]["lag"] == 0,
+                     30, "lag to fall to 0 once every message is written")  # fmt: skip
         finally:
             ingest.stop()
             app.extensions["toplist"].close()
