@@ -129,7 +129,7 @@ def _parsed_manifest(config: Config, quiet: bool) -> Any:
     from dbt.cli.main import dbtRunner
 
     parse = _command(config, ["parse"], quiet)
-    state = (_project_files(config), tuple(sorted(dbt_environment(config).items())), *parse)
+    state = (project_files(config), tuple(sorted(dbt_environment(config).items())), *parse)
     with _parsed_lock:
         if state not in _parsed:
             outcome = dbtRunner().invoke(parse)
@@ -140,7 +140,7 @@ def _parsed_manifest(config: Config, quiet: bool) -> Any:
         return _parsed[state]
 
 
-def _project_files(config: Config) -> tuple[tuple[str, int, int], ...]:
+def project_files(config: Config) -> tuple[tuple[str, int, int], ...]:
     """Every file dbt parses, with its modification time and size."""
     import yaml
 

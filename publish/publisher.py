@@ -6,7 +6,9 @@ Order of work, and why a failure anywhere leaves the previous snapshot current:
    in one process or several, never interleave, since they share dbt's model tables;
 2. when the lease's last holder died (and once per process), it removes the entries that a
    publication killed before its registry row left behind;
-3. dbt builds the board's rankings and summary (and the models they need) for the as_of;
+3. the board's rankings and summary (and the models they need) are built for the as_of: the
+   SQL dbt compiled from the models, run without dbt (publish/plan.py), or on a cluster
+   `dbt run` itself;
 4. the rankings are copied into `board_entries` under a new snapshot_id, and counted back;
 5. only then the registry row goes into `board_snapshots`. Readers follow registry rows
    only, so until step 5 nobody sees the new entries; a failed run deletes what it wrote.
@@ -22,8 +24,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import DatabaseError
 
-from publish import dbt
+from publish import dbt, plan
 from publish.lease import publication_lease
 from toplist.boards import CHARTS, Board
 from toplist.boards import board as find_board
@@ -132,19 +135,22 @@ def _publish(
         else 0
     )
     try:
-        dbt.invoke(
-            config,
-            [
-                "run",
-                "--select",
-                f"+{board.rankings} +{board.summary}",
-                "--vars",
-                repr(dbt_vars(config, as_of)),
-            ],
-            quiet=True,
-            reuse_parse=True,
-        )
-    except dbt.DbtError as error:
+        if plan.usable(config):  # the SQL dbt compiled for the board, without dbt's run cost
+            plan.run(client, config, board, as_of)
+        else:
+            dbt.invoke(
+                config,
+                [
+                    "run",
+                    "--select",
+                    f"+{board.rankings} +{board.summary}",
+                    "--vars",
+                    repr(dbt_vars(config, as_of)),
+                ],
+                quiet=True,
+                reuse_parse=True,
+            )
+    except (dbt.DbtError, DatabaseError) as error:
         raise PublishError(
             f"{board.name}: ranking failed, nothing was published: {error}"
         ) from error

@@ -1,0 +1,94 @@
+"""Publications run the SQL dbt compiles for each board (publish/plan.py): the same tables,
+the same snapshots as `dbt run`, and a plan compiled again when the project changes."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from test_registry import NOW, _events
+
+from ingest.load import load_lines
+from publish import dbt, plan
+from publish.publisher import dbt_vars, publish
+from toplist.boards import BOARDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def built(client, config, board) -> dict[str, tuple]:
+    """Each model table of the board's plan: its DDL (without its UUID) and its rows."""
+    out = {}
+    for step in plan.steps(config, board):
+        ddl = client.command(f"SHOW CREATE TABLE {step.relation}")
+        ddl = re.sub(r"UUID '[^']+'", "", ddl).replace("CREATE VIEW", "CREATE VIEW")
+        rows = None
+        if step.materialized == "table":
+            rows = client.query(f"SELECT * FROM {step.relation} ORDER BY ALL").result_rows
+        out[step.relation] = (ddl, rows)
+    return out
+
+
+@pytest.mark.parametrize("board", list(BOARDS))
+def test_the_plan_builds_what_dbt_run_builds(client, config, board):
+    spec = BOARDS[board]
+    load_lines(client, config.database, _events(board), board=spec)
+    for as_of in (NOW, NOW - timedelta(minutes=17, seconds=3)):
+        dbt.invoke(
+            config,
+            [
+                "run",
+                "--select",
+                f"+{spec.rankings} +{spec.summary}",
+                "--vars",
+                repr(dbt_vars(config, as_of)),
+            ],  # fmt: skip
+            quiet=True,
+            reuse_parse=True,
+        )
+        through_dbt = built(client, config, spec)
+        plan.run(client, config, spec, as_of)
+        assert built(client, config, spec) == through_dbt, f"{board} at {as_of}"
+    assert any(rows for _, rows in through_dbt.values()), f"{board}: nothing was ranked"
+    snapshot = publish(client, config, NOW, board=board)
+    assert snapshot.entry_count == len(
+        client.query(f"SELECT * FROM {config.database}.{spec.rankings}").result_rows
+    )
+
+
+def test_a_changed_model_compiles_a_new_plan_and_a_kept_one_needs_no_dbt(
+    client, config, tmp_path, monkeypatch
+):
+    project = tmp_path / "project"
+    project.mkdir()
+    for part in ("dbt_project.yml", "models", "macros", "dbt_project"):
+        source = ROOT / part
+        copy = shutil.copytree if source.is_dir() else shutil.copy
+        copy(source, project / part)
+    config = replace(config, dbt_project_dir=project, dbt_profiles_dir=project / "dbt_project")
+    spec = BOARDS["sale"]
+    first = plan.steps(config, spec)
+    kept = list((project / "target" / "toplist-plans").glob("sale-*.json"))
+    assert len(kept) == 1
+
+    # A new process finds the kept plan and runs it without compiling (without dbt at all).
+    plan._plans.clear()
+
+    def no_dbt(*_args, **_kwargs):
+        raise AssertionError("compiled again although nothing changed")
+
+    monkeypatch.setattr(plan, "compile_plan", no_dbt)
+    assert plan.steps(config, spec) == first
+    monkeypatch.undo()
+
+    model = project / "models" / "boards" / "sale" / "sale_rankings.sql"
+    model.write_text(model.read_text().replace("select", "select /* changed */", 1))
+    changed = plan.steps(config, spec)
+    assert changed != first and any("/* changed */" in step.sql for step in changed)
+    assert list((project / "target" / "toplist-plans").glob("sale-*.json")) != kept, (
+        "the plan of the old project was kept beside the new one"
+    )
