@@ -1,6 +1,6 @@
 """Toplist's benchmarks: ingest, publication and the read path, each beside its baseline.
 
-Usage: python -m bench [--only ingest,publication,read] [--size small|full] [--runs R]
+Usage: python -m bench [--only ingest,publication,read,freshness] [--size small|full] [--runs R]
 
 Every figure is the median of --runs runs, measured beside its baseline in the same run on
 the same machine (a 2-core machine is noisy, so only the ratios travel). Prints one table a
@@ -8,8 +8,10 @@ section and writes them all to --json (a section run alone replaces only its own
 Needs wrk and nginx for the read path (`make bench` installs them from Debian).
 
   full   ingest 2M events from 4 partitions; publication at 1M, 10M and 50M events, the
-         songs and hot-song sweeps at 10M; the read path at 100, 1000 and max req/s
-  small  a quick look: 200k events; publication at 200k and 1M, sweeps at 200k
+         songs and hot-song sweeps at 10M; the read path at 100, 1000 and max req/s;
+         freshness for 60 s at 1,000 events/s
+  small  a quick look: 200k events; publication at 200k and 1M, sweeps at 200k; freshness
+         for 20 s
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import ingest, publication, read_path
+from bench import freshness, ingest, publication, read_path
 from bench.common import arguments, with_broker
 
 SIZES = {
@@ -29,10 +31,16 @@ SIZES = {
         "events": 2_000_000,
         "sizes": [1_000_000, 10_000_000, 50_000_000],
         "sweep_at": 10_000_000,
+        "freshness_seconds": 60,
     },
-    "small": {"events": 200_000, "sizes": [200_000, 1_000_000], "sweep_at": 200_000},
+    "small": {
+        "events": 200_000,
+        "sizes": [200_000, 1_000_000],
+        "sweep_at": 200_000,
+        "freshness_seconds": 20,
+    },
 }
-SECTIONS = ("ingest", "publication", "read")
+SECTIONS = ("ingest", "publication", "read", "freshness")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         part = read_path.run(args.runs)
         tables.append(read_path.render(part))
         report["read"] = part
+    if "freshness" in sections:
+        with with_broker(args.brokers) as brokers:
+            part = freshness.run(size["freshness_seconds"], 1000, 30, brokers)
+        tables.append(freshness.render(part))
+        report["freshness"] = part
     for name in sections:
         report[name].update(
             machine=machine, measured_at=datetime.now(UTC).isoformat(), size=args.size

@@ -92,3 +92,24 @@ def test_a_changed_model_compiles_a_new_plan_and_a_kept_one_needs_no_dbt(
     assert list((project / "target" / "toplist-plans").glob("sale-*.json")) != kept, (
         "the plan of the old project was kept beside the new one"
     )
+
+
+def test_old_snapshots_go_a_quarter_of_the_retention_at_a_time(client, config):
+    """The newest TOPLIST_SNAPSHOT_RETENTION snapshots always stay; older ones are deleted in
+    batches, entries with their registry row."""
+    config = replace(config, snapshot_retention=8)
+    load_lines(client, config.database, _events("sale"), board=BOARDS["sale"])
+    published, kept = [], []
+    for _ in range(13):
+        published.append(publish(client, config, board="sale").snapshot_id)
+        rows = client.query(
+            f"SELECT snapshot_id FROM {config.database}.board_snapshots WHERE board = 'sale'"
+        ).result_rows
+        kept.append({snapshot_id for (snapshot_id,) in rows})
+        assert set(published[-8:]) <= kept[-1], "a snapshot within the retention was deleted"
+        assert len(kept[-1]) < 8 + 2, "more than a quarter of the retention beyond it"
+    assert [len(ids) for ids in kept] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 8, 9, 8, 9]
+    entries = client.query(
+        f"SELECT DISTINCT snapshot_id FROM {config.database}.board_entries WHERE board = 'sale'"
+    ).result_rows
+    assert {snapshot_id for (snapshot_id,) in entries} == kept[-1], "entries outlived their row"
