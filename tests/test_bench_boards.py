@@ -4,22 +4,11 @@ No timing is asserted (the figures are the benchmark's to print)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from toplist.config import PROJECT_ROOT
+from bench_support import run_bench
 
 
 def test_the_boards_benchmark_publishes_the_same_boards_as_its_baselines():
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.boards", "--events", "2000", "--runs", "1"],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    run = run_bench("boards", "--events", "2000", "--runs", "1", timeout=300)
     rows = {}
     for line in run.stdout.splitlines():
         cells = line.split()

@@ -5,34 +5,14 @@ asserted (the figures are the benchmark's to print)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from toplist.config import PROJECT_ROOT
+from bench_support import run_bench
 
 
 def test_the_ingest_benchmark_runs_every_way_in_to_the_same_raw_events(kafka_bootstrap):
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.ingest",
-            "--events",
-            "3000",
-            "--runs",
-            "1",
-            "--partitions",
-            "2",
-            "--brokers",
-            kafka_bootstrap,
-        ],  # fmt: skip
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    run = run_bench(
+        "ingest", "--events", "3000", "--runs", "1", "--partitions", "2",
+        "--brokers", kafka_bootstrap,
+    )  # fmt: skip
     rows = {cells[0]: cells for cells in map(str.split, run.stdout.splitlines()) if cells}
     assert "raw rows the same in every chain mode: yes" in run.stdout, run.stdout
     for mode in ("kafka", "load", "insert-select", "jsoneachrow"):
