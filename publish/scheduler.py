@@ -9,6 +9,7 @@ reported, and the last good snapshot stays current.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
@@ -44,6 +45,27 @@ def publish_job(config: Config, board: str, listener: Listener | None = None) ->
     if listener:
         listener(board, snapshot, None)
     return snapshot
+
+
+class Paced:
+    """A board's scheduled publication, paced so that publishing it takes at most half the
+    time: a run that starts sooner after the previous one ended than that one lasted is
+    skipped. A board refreshed every second whose publication takes three (a big flash sale)
+    is then published every six seconds or so, rather than back to back on one core."""
+
+    def __init__(self, config: Config, board: str, listener: Listener | None) -> None:
+        self.config, self.board, self.listener = config, board, listener
+        self.ended = self.lasted = 0.0
+
+    def __call__(self) -> Snapshot | None:
+        started = time.monotonic()
+        if started - self.ended < self.lasted:
+            return None
+        try:
+            return publish_job(self.config, self.board, self.listener)
+        finally:
+            self.ended = time.monotonic()
+            self.lasted = self.ended - started
 
 
 def requested_boards(config: Config) -> list[str]:
@@ -85,11 +107,10 @@ def start_scheduler(
     first_run = {"next_run_time": datetime.now(UTC)} if run_now else {}
     for board in boards:
         scheduler.add_job(
-            publish_job,
+            Paced(config, board, listener),
             "interval",
             seconds=config.refresh_seconds(board),
             id=f"publish-{board}",
-            args=(config, board, listener),
             max_instances=1,
             coalesce=True,
             **first_run,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ from test_registry import NOW, _events
 from ingest.load import load_lines
 from publish import dbt, plan
 from publish.publisher import dbt_vars, publish
+from publish.scheduler import Paced
 from toplist.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,3 +115,15 @@ def test_old_snapshots_go_a_quarter_of_the_retention_at_a_time(client, config):
         f"SELECT DISTINCT snapshot_id FROM {config.database}.board_entries WHERE board = 'sale'"
     ).result_rows
     assert {snapshot_id for (snapshot_id,) in entries} == kept[-1], "entries outlived their row"
+
+
+def test_a_scheduled_board_spends_at_most_half_the_time_publishing(client, config):
+    """A run due sooner after the last one ended than that one lasted is skipped."""
+    load_lines(client, config.database, _events("sale"), board=BOARDS["sale"])
+    job = Paced(config, "sale", None)
+    first = job()
+    assert first is not None
+    assert job() is None, "published again at once, as a board slower than its refresh would"
+    time.sleep(job.lasted)
+    second = job()
+    assert second is not None and second.snapshot_id != first.snapshot_id
