@@ -101,16 +101,25 @@ def steps(config: Config, board: Board) -> list[Step]:
             plan = [Step(**step) for step in json.loads(path.read_text(encoding="utf-8"))]
         else:
             plan = compile_plan(config, board)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            for old in path.parent.glob(f"{board.name}-*.json"):
-                old.unlink(missing_ok=True)
-            partial = path.with_suffix(".partial")
-            partial.write_text(json.dumps([asdict(step) for step in plan]), encoding="utf-8")
-            partial.replace(path)  # whole or not at all, for another process reading it
+            _keep(path, board.name, plan)
         if len(_plans) > 16:
             _plans.clear()
         _plans[key] = plan
         return plan
+
+
+def _keep(path: Path, board: str, plan: list[Step]) -> None:
+    """Store the plan for the next process, replacing the board's older plans; a project
+    directory that cannot be written only costs the next process a compile."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob(f"{board}-*.json"):
+            old.unlink(missing_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps([asdict(step) for step in plan]), encoding="utf-8")
+        partial.replace(path)  # whole or not at all, for another process reading it
+    except OSError as error:
+        log.warning("could not keep the publication plan in %s: %s", path.parent, error)
 
 
 def plan_key(config: Config, board: Board) -> str:
