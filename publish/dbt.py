@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -26,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 import clickhouse_connect
 
 from toplist.config import Config
+from toplist.snapshots import utc
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,10 @@ _PARSED_PATHS = (
 
 _parsed_lock = threading.Lock()
 _parsed: dict[tuple, Any] = {}  # project state -> dbt's parsed manifest
+
+
+# How a var carries an as_of (dbt_vars), and so how a compiled plan holds one (publish/plan.py).
+AS_OF_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
 class DbtError(RuntimeError):
@@ -68,6 +74,22 @@ def _route_embedded_host_to_chdb() -> None:
 
     ChHttpClient._create_client = create_client
     ChHttpClient._toplist_routed = True
+
+
+def dbt_vars(config: Config, as_of: datetime | None) -> dict[str, object]:
+    """What every board's models read from the configuration (dbt_project.yml `vars`)."""
+    values: dict[str, object] = {
+        "policy": config.policy,
+        "policies": list(config.policies),
+        "keep_top": config.keep_top,
+        "board_keep_top": config.board_keep_top,
+        "popular_keep_top": config.popular_keep_top,
+        "listeners_expiry_seconds": config.listeners_expiry_seconds,
+        "listeners_retention_hours": config.listeners_retention_hours,
+    }
+    if as_of is not None:
+        values["as_of"] = values["board_as_of"] = utc(as_of).strftime(AS_OF_FORMAT)
+    return values
 
 
 def dbt_environment(config: Config) -> dict[str, str]:

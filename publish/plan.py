@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 # The as_of a plan is compiled at: a moment no publication uses, written as dbt_vars writes
 # every as_of, so it stands in the compiled SQL as one literal.
 PLACEHOLDER = "1999-12-31 23:59:59.123457"
-AS_OF_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 _FORMAT = 1  # of the stored plans; a change here compiles them again
 
 _lock = threading.Lock()
@@ -81,9 +80,7 @@ def usable(config: Config) -> bool:
 
 def run(client: Client, config: Config, board: Board, as_of: datetime | None) -> None:
     """Build the board's models at `as_of` (default now) from its compiled plan."""
-    moment = (
-        utc(as_of).strftime(AS_OF_FORMAT) if as_of else datetime.now(UTC).strftime(AS_OF_FORMAT)
-    )
+    moment = utc(as_of or datetime.now(UTC)).strftime(dbt.AS_OF_FORMAT)
     for step in steps(config, board):
         client.command(step.statement(moment))
 
@@ -127,8 +124,6 @@ def plan_key(config: Config, board: Board) -> str:
     profiles read, the installed dbt and dbt-clickhouse."""
     from importlib.metadata import version
 
-    from publish.publisher import dbt_vars
-
     digest = hashlib.sha256()
     for path, _, _ in dbt.project_files(config):
         digest.update(path.encode() + b"\0")
@@ -136,7 +131,7 @@ def plan_key(config: Config, board: Board) -> str:
         digest.update(file.read_bytes() if file.exists() else b"-")
     described = {
         "board": board.name,
-        "vars": dbt_vars(config, None),
+        "vars": dbt.dbt_vars(config, None),
         "environment": dbt.dbt_environment(config),
         "versions": [version("dbt-core"), version("dbt-clickhouse")],
         "placeholder": PLACEHOLDER,
@@ -148,9 +143,7 @@ def plan_key(config: Config, board: Board) -> str:
 
 def compile_plan(config: Config, board: Board) -> list[Step]:
     """Ask dbt to compile the board's models at the placeholder as_of; order them."""
-    from publish.publisher import dbt_vars
-
-    values = dbt_vars(config, None) | {"as_of": PLACEHOLDER, "board_as_of": PLACEHOLDER}
+    values = dbt.dbt_vars(config, None) | {"as_of": PLACEHOLDER, "board_as_of": PLACEHOLDER}
     selection = f"+{board.rankings} +{board.summary}"
     with contextlib.redirect_stdout(io.StringIO()):  # dbt compile prints what it compiled
         result = dbt.invoke(

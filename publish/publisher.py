@@ -76,22 +76,6 @@ def check_as_of(as_of: datetime | None, current: datetime | None, allow_older: b
         )
 
 
-def dbt_vars(config: Config, as_of: datetime | None) -> dict[str, object]:
-    """What every board's models read from the configuration (dbt_project.yml `vars`)."""
-    values: dict[str, object] = {
-        "policy": config.policy,
-        "policies": list(config.policies),
-        "keep_top": config.keep_top,
-        "board_keep_top": config.board_keep_top,
-        "popular_keep_top": config.popular_keep_top,
-        "listeners_expiry_seconds": config.listeners_expiry_seconds,
-        "listeners_retention_hours": config.listeners_retention_hours,
-    }
-    if as_of is not None:
-        values["as_of"] = values["board_as_of"] = utc(as_of).strftime("%Y-%m-%d %H:%M:%S.%f")
-    return values
-
-
 def publish(
     client: Client,
     config: Config,
@@ -149,7 +133,7 @@ def _publish(
                     "--select",
                     f"+{board.rankings} +{board.summary}",
                     "--vars",
-                    repr(dbt_vars(config, as_of)),
+                    repr(dbt.dbt_vars(config, as_of)),
                 ],
                 quiet=True,
                 reuse_parse=True,

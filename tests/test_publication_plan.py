@@ -15,7 +15,7 @@ from test_registry import NOW, _events
 
 from ingest.load import load_lines
 from publish import dbt, plan
-from publish.publisher import dbt_vars, publish
+from publish.publisher import publish
 from publish.scheduler import Paced
 from toplist.boards import BOARDS
 
@@ -47,7 +47,7 @@ def test_the_plan_builds_what_dbt_run_builds(client, config, board):
                 "--select",
                 f"+{spec.rankings} +{spec.summary}",
                 "--vars",
-                repr(dbt_vars(config, as_of)),
+                repr(dbt.dbt_vars(config, as_of)),
             ],  # fmt: skip
             quiet=True,
             reuse_parse=True,
