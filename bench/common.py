@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,3 +121,29 @@ def with_broker(brokers: str | None) -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+def wait_for_url(url: str, seconds: float = 60) -> bytes:
+    """The body of `url` once it answers (a server starting), polled every 0.2 s."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.read()
+        except OSError as error:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no answer from {url} within {seconds:g} s: {error}") from error
+            time.sleep(0.2)
+
+
+def create_topics(brokers: str, topics: list[str], partitions: int) -> None:
+    """Create the topics, each with `partitions` partitions, on the broker."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=brokers)
+    try:
+        admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=1) for topic in topics]
+        )
+    finally:
+        admin.close()

@@ -37,7 +37,15 @@ from pathlib import Path
 
 import requests
 
-from bench.common import arguments, say, scratch, table, with_broker
+from bench.common import (
+    arguments,
+    create_topics,
+    say,
+    scratch,
+    table,
+    wait_for_url,
+    with_broker,
+)
 from ingest.kafka_broker import free_port
 from ingest.produce import producer
 
@@ -137,7 +145,7 @@ def run(seconds: float, rate: int, charts_every: float, brokers: str | None) -> 
     cli = [sys.executable, "-m", "toplist.cli"]
     subprocess.run([*cli, "catalog", str(catalog)], env=env, check=True, capture_output=True)
     with with_broker(brokers) as bootstrap:
-        _create_topics(bootstrap, list(topics.values()))
+        create_topics(bootstrap, list(topics.values()), partitions=1)
         port = free_port()
         env["TOPLIST_KAFKA_BROKERS"] = bootstrap
         command = [*cli, "serve", "--ingest", "--publish-every", str(charts_every),
@@ -146,7 +154,7 @@ def run(seconds: float, rate: int, charts_every: float, brokers: str | None) -> 
         server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             base = f"http://127.0.0.1:{port}"
-            _wait_for(base + "/healthz", 120)
+            wait_for_url(base + "/healthz", 120)
             latencies = _measure(bootstrap, topics, base, seconds, rate)
         finally:
             server.send_signal(signal.SIGTERM)
@@ -171,31 +179,6 @@ def run(seconds: float, rate: int, charts_every: float, brokers: str | None) -> 
         "refresh": "shipped defaults (TOPLIST_*_REFRESH_SECONDS, TOPLIST_KAFKA_BATCH_SECONDS)",
         "summary": summary,
     }
-
-
-def _create_topics(bootstrap: str, topics: list[str]) -> None:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics(
-            [NewTopic(topic, num_partitions=1, replication_factor=1) for topic in topics]
-        )
-    finally:
-        admin.close()
-
-
-def _wait_for(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if requests.get(url, timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the API did not answer at {url} within {seconds:g} s")
-        time.sleep(0.2)
 
 
 def _measure(

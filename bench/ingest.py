@@ -26,7 +26,16 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bench.common import arguments, bench_config, median, run_child, say, scratch, table
+from bench.common import (
+    arguments,
+    bench_config,
+    create_topics,
+    median,
+    run_child,
+    say,
+    scratch,
+    table,
+)
 
 MODES = ("kafka", "load", "insert-select", "jsoneachrow")
 PLAIN_SHAPE = (
@@ -125,13 +134,9 @@ def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
 
 
 def produce(brokers: str, topic: str, partitions: int, lines: list[bytes]) -> float:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
     from bench.kafka_clients import produce_confluent
 
-    admin = KafkaAdminClient(bootstrap_servers=brokers)
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    admin.close()
+    create_topics(brokers, [topic], partitions)
     return produce_confluent(brokers, topic, lines)
 
 

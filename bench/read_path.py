@@ -20,12 +20,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.common import arguments, bench_config, median, say, scratch, table
+from bench.common import arguments, bench_config, median, say, scratch, table, wait_for_url
 from ingest.kafka_broker import free_port
 
 # target -> (connections, delay in ms between a connection's requests; None = flat out)
@@ -47,18 +45,6 @@ def setup(directory: Path) -> None:
     generate(client, config.database, 0, 1_000_000, now, 10_000, False)
     publish(client, config)
     client.close()
-
-
-def _wait(url: str, seconds: float = 60) -> bytes:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return response.read()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def _nginx(root: Path, port: int) -> subprocess.Popen:
@@ -140,12 +126,12 @@ def run(runs: int, seconds: int = 10) -> dict:
     servers = {"api": f"http://127.0.0.1:{api_port}/v1/charts/{SCOPE}"}
     nginx = None
     try:
-        body = _wait(servers["api"])
+        body = wait_for_url(servers["api"])
         (work / "www").mkdir()
         (work / "www" / f"{SCOPE}.json").write_bytes(body)
         nginx = _nginx(work, nginx_port)
         servers["nginx"] = f"http://127.0.0.1:{nginx_port}/{SCOPE}.json"
-        _wait(servers["nginx"])
+        wait_for_url(servers["nginx"])
         samples: dict[str, dict[str, list[dict]]] = {
             load: {name: [] for name in servers} for load in LOADS
         }
