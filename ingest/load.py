@@ -64,8 +64,13 @@ class LoadResult:
     blank: int = 0
 
     @property
+    def sent(self) -> int:
+        """The lines sent to the engine: every line read but the blank ones."""
+        return self.read - self.blank
+
+    @property
     def duplicates(self) -> int:
-        return self.read - self.blank - self.accepted - self.rejected
+        return self.sent - self.accepted - self.rejected
 
     def as_dict(self) -> dict[str, int | str]:
         return {
@@ -317,11 +322,11 @@ def load_lines(
         earlier, _, rejected_before, _ = batch_counts(client, database, applied_before)
         received += earlier
         result.rejected += rejected_before
-    sent = result.read - result.blank
-    if received != sent:
+    if received != result.sent:
         raise RuntimeError(
             f"the engine recorded {received} messages for"
-            f" {len(result.batch_ids) + len(applied_before)} batches, but {sent} were sent"
+            f" {len(result.batch_ids) + len(applied_before)} batches,"
+            f" but {result.sent} were sent"
         )
     return result
 

@@ -50,6 +50,11 @@ BIDI_SONG = "x\u202eevil\u2067"
 
 
 def board_listens() -> list[str]:
+    """The listens of `board_listen_events`, as the lines loaded."""
+    return [listen.to_json() for listen in board_listen_events()]
+
+
+def board_listen_events() -> list[Listen]:
     """SE: a song with 40 listens 5 hours ago, one with 25 in the last hour; DE: its own."""
     plan = [
         ("SE", "se-day-anthem", 40, timedelta(hours=5)),
@@ -60,12 +65,11 @@ def board_listens() -> list[str]:
         ("NO", "no-song", 3, timedelta(hours=3)),
         ("NO", BIDI_SONG, 2, timedelta(hours=3)),
     ]
-    lines = []
-    for country, song_id, count, ago in plan:
-        for i in range(count):
-            moment = AS_OF - ago - timedelta(seconds=i)
-            lines.append(Listen(f"{song_id}-{i}", song_id, f"u{i}", country, moment).to_json())
-    return lines
+    return [
+        Listen(f"{song_id}-{i}", song_id, f"u{i}", country, AS_OF - ago - timedelta(seconds=i))
+        for country, song_id, count, ago in plan
+        for i in range(count)
+    ]
 
 
 def other_boards() -> tuple[list[dict], dict[str, Events]]:

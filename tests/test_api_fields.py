@@ -10,7 +10,6 @@ of the description; a field with no description, or with no test holding it, fai
 from __future__ import annotations
 
 import importlib
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -26,10 +25,9 @@ from boards_reference import (
     sale_boards,
     shelves,
 )
-from live_api import AS_OF, TOKEN, board_listens, other_boards
+from live_api import AS_OF, TOKEN, board_listen_events, other_boards
 from reference import boards
 
-from ingest.generator import Listen
 from toplist.snapshots import iso
 
 SPEC = yaml.safe_load((Path(__file__).resolve().parent.parent / "api" / "openapi.yaml").read_text())
@@ -119,13 +117,7 @@ def get(served, path: str) -> dict:
 
 
 def charted() -> dict[tuple[str, str], list[tuple[str, int]]]:
-    listens = []
-    for line in board_listens():
-        event = json.loads(line)
-        moment = datetime.fromisoformat(event["event_time"].replace("Z", "+00:00"))
-        listens.append(Listen(event["event_id"], event["song_id"], event["user_id"],
-                              event["country"], moment))  # fmt: skip
-    return boards(listens, AS_OF)
+    return boards(board_listen_events(), AS_OF)
 
 
 def scopes_with_listens() -> list[str]:
