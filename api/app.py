@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flask import Flask, g, jsonify, request
@@ -13,9 +14,10 @@ from api.boards import boards as boards_api
 from api.charts import charts
 from api.errors import ApiError
 from api.health import health
+from api.hot import HotPath
 from api.internal import internal
 from api.metrics import Metrics
-from api.snapshots import SnapshotStore
+from api.snapshots import FileSnapshotStore, SnapshotStore
 from api.state import Toplist, toplist
 from api.web import web
 from toplist.boards import BOARDS
@@ -32,10 +34,15 @@ def create_app(
     config: Config | None = None,
     metrics: Metrics | None = None,
     consumers: dict[str, KafkaIngest] | None = None,
+    files: Path | None = None,
 ) -> Flask:
+    """The app; with `files`, its snapshots are read from the snapshot files there (an API
+    worker, api/workers.py) instead of the registry."""
     config = config or Config.from_env()
     stores = {
-        board: SnapshotStore(
+        board: FileSnapshotStore(board, files)
+        if files is not None
+        else SnapshotStore(
             board,
             lambda: connect(config),
             config.database,
@@ -47,6 +54,7 @@ def create_app(
     app.json.sort_keys = False
     app.extensions["toplist"] = Toplist(config, stores, metrics or Metrics(), dict(consumers or {}))
 
+    app.wsgi_app = HotPath(app.wsgi_app, app.extensions["toplist"])  # type: ignore[method-assign]
     app.register_blueprint(charts)
     app.register_blueprint(boards_api)
     app.register_blueprint(health)

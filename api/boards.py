@@ -9,17 +9,19 @@
   time from a stored list longer than k (so the shelf still fills).
 
 Answers drawn only from a snapshot are cached and tagged as the charts' are (api/charts.py
-`from_snapshot`); a shelf also depends on the catalog, so it is never answered from cache.
+`from_snapshot`). A shelf also depends on the catalog: it is cached the same way where the
+catalog rows came with the snapshot (the API workers' snapshot files; embedded, the catalog
+cannot change while the one process that owns the data serves), and never where the catalog
+is read at request time (a ClickHouse server, which anyone may write to).
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 
 from flask import Blueprint, jsonify, request
 
-from api.charts import current, from_snapshot, parse_k, snapshot_header
+from api.charts import current, freshness, from_snapshot, parse_k, snapshot_header
 from api.errors import ApiError
 from api.snapshots import Board, Entry, SnapshotStore
 from api.state import toplist
@@ -156,60 +158,46 @@ def _one_of(name: str, allowed: tuple[str, ...], default: str) -> str:
     return value
 
 
-def shown_items(store: SnapshotStore, item_ids: list[str]) -> dict[str, tuple[str, int]]:
-    """item_id -> (name, price_cents) of the items the catalog lets a shelf show now:
-    available and not deleted, by the latest row per item."""
-    if not item_ids:
-        return {}
-    rows = store.client.query(
-        f"""
-        SELECT item_id, argMax(name, updated_at), argMax(price_cents, updated_at)
-        FROM {store.database}.catalog_items
-        WHERE item_id IN {{ids:Array(String)}}
-        GROUP BY item_id
-        HAVING argMax(available, updated_at) AND NOT argMax(deleted, updated_at)
-        """,
-        parameters={"ids": item_ids},
-    ).result_rows
-    return {item_id: (name, int(price)) for item_id, name, price in rows}
-
-
 @boards.get("/v1/topk")
 def topk():  # type: ignore[no-untyped-def]
     scope, metric, window, k = _shelf_args()
     snapshot = current("popular")
     store = _store("popular")
-    board = _board(snapshot, metric, window, scope)
-    shown = shown_items(store, [entry.item_id for entry in board.entries])
-    items: list[dict[str, object]] = []
-    hidden = 0  # ranked items left out, up to the last one shown
-    for entry in board.entries:
-        if len(items) == k:
-            break
-        if entry.item_id not in shown:
-            hidden += 1
-            continue
-        name, price = shown[entry.item_id]
-        items.append(
-            {
-                "rank": len(items) + 1,
-                "item_id": entry.item_id,
-                "name": name,
-                "price_cents": price,
-                metric: entry.score,
-            }
-        )
-    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
-    response = jsonify(
-        {
+
+    def body(stale: bool) -> dict[str, object]:
+        board = _board(snapshot, metric, window, scope)
+        shown = store.shown_items(snapshot, [entry.item_id for entry in board.entries])
+        items: list[dict[str, object]] = []
+        hidden = 0  # ranked items left out, up to the last one shown
+        for entry in board.entries:
+            if len(items) == k:
+                break
+            if entry.item_id not in shown:
+                hidden += 1
+                continue
+            name, price = shown[entry.item_id]
+            items.append(
+                {
+                    "rank": len(items) + 1,
+                    "item_id": entry.item_id,
+                    "name": name,
+                    "price_cents": price,
+                    metric: entry.score,
+                }
+            )
+        return {
             "scope": scope,
             "metric": metric,
             "window": window,
             "k": k,
-            **snapshot_header(snapshot, None, age > toplist().config.stale_after("popular")),
+            **snapshot_header(snapshot, None, stale),
             "hidden": hidden,
             "items": items,
         }
-    )
+
+    if store.catalog_in_snapshot:  # the catalog rows came with the snapshot: fixed by it
+        return from_snapshot(snapshot, ("topk", scope, metric, window, k), body)
+    stale, _, _ = freshness(toplist().config, snapshot)
+    response = jsonify(body(stale))
     response.cache_control.no_cache = True  # the catalog may change before the next snapshot
     return response

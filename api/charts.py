@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from api.errors import ApiError
-from api.snapshots import Board, SnapshotStore
+from api.snapshots import Answer, Board, SnapshotStore
 from api.state import toplist
 from toplist.boards import CHARTS
-from toplist.config import POLICIES, WINDOWS
+from toplist.config import POLICIES, WINDOWS, Config
 from toplist.snapshots import Snapshot, iso
 
 charts = Blueprint("charts", __name__)
@@ -112,23 +112,30 @@ def snapshot_header(snapshot: Snapshot, policy: str | None, stale: bool) -> dict
     }
 
 
+def freshness(config: Config, snapshot: Snapshot) -> tuple[bool, str, dict[str, str]]:
+    """Whether `snapshot` is stale now, its ETag, and the headers of an answer drawn from it:
+    cacheable until the board's next publication is due."""
+    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
+    stale = age > config.stale_after(snapshot.board)
+    etag = snapshot.snapshot_id + ("-stale" if stale else "")
+    max_age = max(0, math.floor(config.refresh_seconds(snapshot.board) - age))
+    return stale, etag, {"ETag": f'"{etag}"', "Cache-Control": f"public, max-age={max_age}"}
+
+
 def from_snapshot(
     snapshot: Snapshot, key: tuple, body: Callable[[bool], dict[str, object]]
 ) -> Response:
     """The JSON answer `body(stale)`, cacheable until the board's next publication is due, or
     304 if unchanged. The encoded answer is kept per snapshot, request `key` and staleness,
-    so a repeated read is a lookup."""
-    config, board = toplist().config, snapshot.board
-    age = (datetime.now(UTC) - snapshot.published_at).total_seconds()
-    stale = age > config.stale_after(board)
-    etag = snapshot.snapshot_id + ("-stale" if stale else "")
-    due_in = config.refresh_seconds(board) - age
-    max_age = max(0, math.floor(due_in))
-    headers = {"ETag": f'"{etag}"', "Cache-Control": f"public, max-age={max_age}"}
+    so a repeated read is a lookup (and, by its raw request, api/hot.py's)."""
+    state = toplist()
+    stale, etag, headers = freshness(state.config, snapshot)
     if request.if_none_match.contains_weak(etag):  # GET compares weakly (RFC 9110 13.1.2)
         return current_app.response_class(status=304, headers=headers)
-    store = toplist().stores[board]
+    store = state.stores[snapshot.board]
     encoded = store.memo(snapshot, (*key, stale), lambda: jsonify(body(stale)).get_data())
+    endpoint = request.url_rule.rule if request.url_rule else "unmatched"
+    state.answers.keep(request.environ, Answer(store, snapshot, stale, encoded, endpoint))
     return current_app.response_class(encoded, headers=headers, mimetype="application/json")
 
 

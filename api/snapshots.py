@@ -1,10 +1,14 @@
 """Reading a board's current snapshot, through a cache that follows publications: one store
 per board, the same for every board (the snapshot registry: toplist/snapshots.py).
 
-The registry is asked for the current snapshot at most every `cache_poll_seconds` (so API
-processes in server mode notice a publication by themselves), and at once after
+`SnapshotStore` asks the registry for the current snapshot at most every `cache_poll_seconds`
+(so API processes in server mode notice a publication by themselves), and at once after
 `invalidate()`, which the in-process publisher calls. Boards are loaded once per snapshot
 and kept until the snapshot changes, so a read is a dictionary lookup.
+
+`FileSnapshotStore` reads the board's snapshot file instead (the API worker processes, which
+do not hold the engine): it looks at the file every `FILE_POLL_SECONDS` and, when it was
+replaced, loads the new snapshot whole before any request sees it.
 """
 
 from __future__ import annotations
@@ -12,12 +16,21 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
-from toplist.snapshots import ENTRIES, Snapshot, current_snapshot
+from toplist.snapshots import (
+    ENTRIES,
+    Snapshot,
+    SnapshotFile,
+    current_snapshot,
+    read_file,
+    shown_items,
+    snapshot_path,
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,15 @@ class Board:
 
     def __post_init__(self) -> None:
         self.ranks = [entry.rank for entry in self.entries]
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple]) -> Board:
+        """From (rank, item_id, score, extra) rows in rank order."""
+        entries = [
+            Entry(int(rank), item_id, int(score), {k: float(v) for k, v in extra.items()})
+            for rank, item_id, score, extra in rows
+        ]
+        return cls(entries, {entry.item_id: entry for entry in entries})
 
     def top(self, k: int) -> list[Entry]:
         """The cut at k, the same for every policy: the rows ranked k or better (v1 has one
@@ -185,14 +207,101 @@ class SnapshotStore:
                 "policy": policy,
             },
         ).result_rows
-        entries = [
-            Entry(int(rank), item_id, int(score), {k: float(v) for k, v in extra.items()})
-            for rank, item_id, score, extra in rows
-        ]
-        return Board(entries, {entry.item_id: entry for entry in entries})
+        return Board.of(rows)
+
+    # Whether a shelf drawn from a snapshot is fixed by it (its catalog rows are in it), or
+    # depends on the catalog at request time.
+    catalog_in_snapshot = False
+
+    def shown_items(self, snapshot: Snapshot, item_ids: list[str]) -> dict[str, tuple[str, int]]:
+        """item_id -> (name, price_cents) of the items the catalog lets a shelf show now."""
+        return shown_items(self.client, self._database, item_ids)
 
     def close(self) -> None:
         with self._lock:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+
+
+# Raw requests kept; past this, start over (a crawler's distinct URLs cannot grow it unbounded).
+ANSWERS_LIMIT = 8192
+
+
+@dataclass(frozen=True)
+class Answer:
+    store: SnapshotStore
+    snapshot: Snapshot
+    stale: bool
+    body: bytes
+    endpoint: str  # the route, as /metrics labels requests
+
+
+class Answers:
+    """Encoded answers by raw request."""
+
+    def __init__(self) -> None:
+        self._by_request: dict[tuple[str, str], Answer] = {}
+
+    def keep(self, environ: dict, answer: Answer) -> None:
+        if len(self._by_request) >= ANSWERS_LIMIT:
+            self._by_request = {}
+        key = (environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""))
+        self._by_request[key] = answer
+
+    def get(self, environ: dict) -> Answer | None:
+        return self._by_request.get((environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", "")))
+
+
+# How often a worker looks whether its board's file was replaced (a stat), so that every worker
+# serves a new snapshot within a second of its publication.
+FILE_POLL_SECONDS = 0.25
+
+
+class FileSnapshotStore(SnapshotStore):
+    """The current snapshot of one board, read from its snapshot file (no engine)."""
+
+    catalog_in_snapshot = True
+
+    def __init__(
+        self, name: str, directory: Path, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(name, _no_client, "", poll_seconds=FILE_POLL_SECONDS, clock=clock)
+        self._path = snapshot_path(directory, name)
+        self._stat: tuple[int, int, int] | None = None
+        self._files: dict[str, SnapshotFile] = {}  # by snapshot_id: the current and the last
+
+    def _fetch_current(self) -> Snapshot | None:
+        try:
+            stat = self._path.stat()
+        except FileNotFoundError:
+            return self._snapshot
+        seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if seen == self._stat:
+            return self._snapshot
+        loaded = read_file(self._path)
+        self._stat = seen
+        if loaded is None:
+            return self._snapshot
+        current = self._files.get(self._snapshot.snapshot_id) if self._snapshot else None
+        self._files = {loaded.snapshot.snapshot_id: loaded}
+        if current is not None:  # a request that began on it may still be drawing from it
+            self._files.setdefault(current.snapshot.snapshot_id, current)
+        return loaded.snapshot
+
+    def _file(self, snapshot: Snapshot) -> SnapshotFile:
+        return self._files[snapshot.snapshot_id]
+
+    def _load(self, snapshot_id: str, metric: str, window: str, scope: str, policy: str) -> Board:
+        return Board.of(self._files[snapshot_id].rows((metric, window, scope, policy)))
+
+    def scopes(self, snapshot: Snapshot) -> list[str]:
+        return self._file(snapshot).scopes
+
+    def shown_items(self, snapshot: Snapshot, item_ids: list[str]) -> dict[str, tuple[str, int]]:
+        shown = self._file(snapshot).shown or {}
+        return {item: shown[item] for item in item_ids if item in shown}
+
+
+def _no_client() -> Client:
+    raise RuntimeError("an API worker reads snapshot files; it holds no engine client")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from flask import current_app
 
 from api.metrics import Metrics
-from api.snapshots import SnapshotStore
+from api.snapshots import Answers, SnapshotStore
 from toplist.config import Config
 from toplist.snapshots import Snapshot
 
@@ -26,6 +26,7 @@ class Toplist:
     stores: dict[str, SnapshotStore]
     metrics: Metrics = field(default_factory=Metrics)
     consumers: dict[str, KafkaIngest] = field(default_factory=dict)
+    answers: Answers = field(default_factory=Answers)  # for api/hot.py
 
     def on_publication(self, board: str, snapshot: Snapshot | None, error: str | None) -> None:
         """A publication in this process ended (publish/scheduler.py calls it)."""

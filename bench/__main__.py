@@ -8,7 +8,7 @@ section and writes them all to --json (a section run alone replaces only its own
 Needs wrk and nginx for the read path (`make bench` installs them from Debian).
 
   full   ingest 2M events from 4 partitions; publication at 1M, 10M and 50M events, the
-         songs and hot-song sweeps at 10M; the read path at 100, 1000 and max req/s;
+         songs and hot-song sweeps at 10M; the read path at 100, 1000, 10000 and max req/s;
          freshness for 60 s at 1,000 events/s
   small  a quick look: 200k events; publication at 200k and 1M, sweeps at 200k; freshness
          for 20 s

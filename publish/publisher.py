@@ -29,7 +29,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 from publish import dbt, plan
 from publish.lease import publication_lease
-from toplist.boards import CHARTS, Board
+from toplist.boards import BOARDS, CHARTS, Board
 from toplist.boards import board as find_board
 from toplist.config import Config
 from toplist.snapshots import (
@@ -39,8 +39,11 @@ from toplist.snapshots import (
     Snapshot,
     current_snapshot,
     iso,
+    read_snapshot_id,
     registry_row,
+    snapshot_path,
     utc,
+    write_file,
 )
 
 log = logging.getLogger(__name__)
@@ -102,8 +105,40 @@ def publish(
             discard_unregistered(client, config.database, spec.name)
             _swept.add((config.database, spec.name))
         snapshot = _publish(client, config, spec, as_of, before_commit)
+        write_snapshot_file(client, config, snapshot)
         _prune(client, config, spec.name)
     return snapshot
+
+
+def write_snapshot_file(client: Client, config: Config, snapshot: Snapshot) -> None:
+    """Make a registered snapshot readable by the API workers (config.snapshot_files). The
+    registry already names it, so a failure here is reported as a failed publication and the
+    workers keep serving the previous file until the next publication writes one."""
+    directory = config.snapshot_files
+    if directory is None:
+        return
+    try:
+        write_file(client, config.database, snapshot, directory, find_board(snapshot.board).catalog)
+    except (OSError, DatabaseError) as error:
+        raise PublishError(
+            f"{snapshot.board}: published {snapshot.snapshot_id}, but could not write it to"
+            f" {directory} for the API workers, which keep the previous one: {error}"
+        ) from error
+
+
+def sync_snapshot_files(client: Client, config: Config) -> None:
+    """Write each board's current snapshot as its file where the file holds another one (a
+    snapshot published before the files existed, or a directory emptied since)."""
+    directory = config.snapshot_files
+    if directory is None:
+        return
+    for name in BOARDS:
+        snapshot = current_snapshot(client, config.database, name)
+        if snapshot is None:
+            continue
+        kept = read_snapshot_id(snapshot_path(directory, name))
+        if kept != snapshot.snapshot_id:
+            write_snapshot_file(client, config, snapshot)
 
 
 def _publish(

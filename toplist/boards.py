@@ -60,6 +60,9 @@ class Board:
     entry_columns: str = "policy, scope, metric, window_name, rank, item_id, score, extra"
     # The table of its voided event ids (corrections), '' where it has none yet.
     voids: str = ""
+    # Whether its items are shown through the catalog (sql/0017): its snapshot file then
+    # carries the catalog rows of the items it ranks that may be shown.
+    catalog: bool = False
 
     @property
     def incoming(self) -> str:
@@ -167,6 +170,7 @@ BOARDS: dict[str, Board] = {
             refresh_setting="popular_refresh_seconds",
             keep_top_setting="popular_keep_top",
             group_suffix="-popular",
+            catalog=True,
         ),
     )
 }

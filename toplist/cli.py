@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
+import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -227,14 +231,21 @@ def _serve(
     publish_every: float | None,
     banner: str | None = None,
     ingest: bool = False,
+    workers: int = 0,
 ) -> int:
     """The API, with the publisher beside it (`--publish-every`) and every board's embedded
-    consumer (`--ingest`): each stage started, then stopped in order."""
+    consumer (`--ingest`): each stage started, then stopped in order. With `workers`, the
+    reads are served by that many worker processes (api/workers.py) and this process keeps
+    the engine."""
     from api.app import create_app
-    from api.server import serve
+    from api.server import serve, serve_workers
     from ingest.consumer import start_consumers
+    from publish.publisher import sync_snapshot_files
     from publish.scheduler import start_scheduler
 
+    if workers:
+        with session(config) as client:
+            sync_snapshot_files(client, config)
     consumers = start_consumers(config, connect) if ingest else {}
     app = create_app(config, consumers=consumers)
     state = app.extensions["toplist"]
@@ -244,13 +255,16 @@ def _serve(
         scheduler = start_scheduler(every, state.on_publication)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
+
+    def ready() -> None:
+        processes = f" ({workers} worker processes)" if workers else ""
+        _say(banner or f"serving the Toplist API on http://{host}:{port}/{processes}")
+
     try:
-        serve(
-            app,
-            host,
-            port,
-            ready=lambda: _say(banner or f"serving the Toplist API on http://{host}:{port}/"),
-        )
+        if workers:
+            serve_workers(app, config, host, port, workers, ready)
+        else:
+            serve(app, host, port, ready)
     finally:
         # A clean stop: each consumer writes and commits what it took, the publication under
         # way finishes, then the engine closes.
@@ -264,12 +278,25 @@ def _serve(
     return 0
 
 
+def _metrics_directory(workers: int) -> None:
+    """With worker processes, a fresh directory where every process of the service keeps its
+    metrics (prometheus_client's multiprocess mode), set before prometheus_client is first
+    imported, which is when it reads it; removed when this process exits."""
+    if workers:
+        directory = tempfile.mkdtemp(prefix="toplist-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
+
+
 def cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    _metrics_directory(args.workers)
     from toplist.migrate import migrate
 
     with session(config) as client:
         migrate(client, config)
-    return _serve(config, args.host, args.port, args.publish_every, ingest=args.ingest)
+    return _serve(
+        config, args.host, args.port, args.publish_every, ingest=args.ingest, workers=args.workers
+    )
 
 
 def cmd_schedule(args: argparse.Namespace, config: Config) -> int:
@@ -324,6 +351,7 @@ def cmd_produce(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
+    _metrics_directory(args.workers)
     from ingest.demo import DemoStream, load_history
     from ingest.load import repair_configured
     from toplist.migrate import migrate
@@ -353,11 +381,29 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     )
     try:
         return _serve(
-            config, args.host, args.port, args.publish_every, banner, ingest=bool(demo.kafka)
+            config,
+            args.host,
+            args.port,
+            args.publish_every,
+            banner,
+            ingest=bool(demo.kafka),
+            workers=args.workers,
         )
     finally:
         demo.stop()
         client.close()
+
+
+def _workers_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="API worker processes that serve the reads from the published snapshots while"
+        " this process keeps the engine (default: the core count, %(default)s); 0 serves"
+        " everything from this process",
+    )
 
 
 def _board_argument(parser: argparse.ArgumentParser, what: str) -> None:
@@ -402,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=50_000,
         help="demo events loaded before streaming starts (default 50000)",
     )
+    _workers_argument(run)
     run.set_defaults(handler=cmd_run)
 
     migrate = commands.add_parser(
@@ -484,6 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also publish snapshots on this interval (embedded: the one process"
         " that owns the data directory must do it)",
     )
+    _workers_argument(serve)
     serve.add_argument(
         "--ingest",
         action="store_true",

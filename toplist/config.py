@@ -132,6 +132,10 @@ class Config:
     publish_wait_seconds: float = 30.0
     # Bearer token for /internal/* (corrections). Empty: the internal endpoints refuse all.
     internal_token: str = field(default="", repr=False)
+    # Where each board's current snapshot is written as a file for the API worker processes
+    # (toplist/snapshots.py). Embedded, by default beside the data directory
+    # (`<data dir>-snapshots`); in server mode none unless set (workers read the registry).
+    snapshot_dir: Path | None = None
     dbt_project_dir: Path = PROJECT_ROOT
     dbt_profiles_dir: Path = PROJECT_ROOT / "dbt_project"
 
@@ -217,6 +221,17 @@ class Config:
         return getattr(self, find_board(board).keep_top_setting)
 
     @property
+    def snapshot_files(self) -> Path | None:
+        """The directory of this database's snapshot files (`<snapshot_dir>/<database>`), or
+        None when snapshots are not written as files."""
+        if self.snapshot_dir is not None:
+            return self.snapshot_dir / self.database
+        if self.embedded:
+            data = Path(self.clickhouse_url.removeprefix("chdb://"))
+            return data.with_name(data.name + "-snapshots") / self.database
+        return None
+
+    @property
     def embedded(self) -> bool:
         return self.clickhouse_url.startswith("chdb:")
 
@@ -299,6 +314,9 @@ class Config:
                 env, "TOPLIST_PUBLISH_WAIT_SECONDS", base.publish_wait_seconds
             ),
             internal_token=env.get("TOPLIST_INTERNAL_TOKEN", base.internal_token).strip(),
+            snapshot_dir=Path(env["TOPLIST_SNAPSHOT_DIR"])
+            if env.get("TOPLIST_SNAPSHOT_DIR", "").strip()
+            else base.snapshot_dir,
         )
         if config.embedded and not env.get("TOPLIST_CACHE_POLL_SECONDS"):
             config = replace(config, cache_poll_seconds=math.inf)

@@ -8,9 +8,13 @@ not at all. The publication stage (publish/) writes them; the API (api/) reads t
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
@@ -128,3 +132,143 @@ def wait_for_publication(
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.1)
+
+
+# Snapshot files: each board's current snapshot, readable without the engine (API worker
+# processes read them; one process owns an embedded data directory). One file per board,
+# `<directory>/<board>.json`, written whole beside it and renamed over it: a reader opens the
+# old file or the new one, never a mix. The registry stays the truth; the file follows it.
+# Its first line is a JSON header (the registry row, the catalog rows, and where each ranked
+# list is); each list follows as a JSON line of its own, so a reader reads the file whole but
+# decodes only the lists it serves (a big board's file is read in milliseconds).
+FILE_FORMAT = 2
+
+ListKey = tuple[str, str, str, str]  # metric, window, scope, policy
+Row = tuple[int, str, int, dict[str, float]]  # rank, item_id, score, extra
+
+
+@dataclass(frozen=True)
+class SnapshotFile:
+    """A snapshot as its file holds it: the registry row, every ranked list, its scopes and,
+    for a board with a catalog, the catalog rows of the items it ranks that may be shown."""
+
+    snapshot: Snapshot
+    scopes: list[str]  # `global` first
+    shown: dict[str, tuple[str, int]] | None  # item_id -> (name, price_cents)
+    data: bytes = field(repr=False)
+    where: dict[ListKey, tuple[int, int]] = field(repr=False)  # list -> (offset, length)
+
+    def rows(self, key: ListKey) -> list[Row]:
+        """One ranked list, in rank order (empty when the snapshot has none)."""
+        if key not in self.where:
+            return []
+        offset, length = self.where[key]
+        return [tuple(row) for row in json.loads(self.data[offset : offset + length])]
+
+
+def snapshot_path(directory: Path, board: str) -> Path:
+    return directory / f"{board}.json"
+
+
+def shown_items(client: Client, database: str, item_ids: list[str]) -> dict[str, tuple[str, int]]:
+    """item_id -> (name, price_cents) of the items the catalog lets a shelf show: available
+    and not deleted, by the latest row per item (sql/0017 catalog_items)."""
+    if not item_ids:
+        return {}
+    rows = client.query(
+        f"""
+        SELECT item_id, argMax(name, updated_at), argMax(price_cents, updated_at)
+        FROM {database}.catalog_items
+        WHERE item_id IN {{ids:Array(String)}}
+        GROUP BY item_id
+        HAVING argMax(available, updated_at) AND NOT argMax(deleted, updated_at)
+        """,
+        parameters={"ids": item_ids},
+    ).result_rows
+    return {item_id: (name, int(price)) for item_id, name, price in rows}
+
+
+def write_file(
+    client: Client, database: str, snapshot: Snapshot, directory: Path, catalog: bool
+) -> Path:
+    """Write `snapshot` (registered) as its board's file, replacing the previous one."""
+    # Each list encoded by the engine, in rank order: [[rank, item_id, score, {extra}], ...]
+    lists = client.query(
+        f"""
+        SELECT metric, window_name, scope, policy,
+               toJSONString(arraySort(x -> (x.1, x.2), groupArray((rank, item_id, score, extra)))),
+               {"groupArray(item_id)" if catalog else "[]"}
+        FROM {database}.{ENTRIES}
+        WHERE board = {{board:String}} AND snapshot_id = {{id:String}}
+        GROUP BY metric, window_name, scope, policy
+        ORDER BY metric, window_name, scope, policy
+        SETTINGS output_format_json_quote_64bit_integers = 0
+        """,
+        parameters={"board": snapshot.board, "id": snapshot.snapshot_id},
+    ).result_rows
+    meta = {
+        name: value.isoformat() if isinstance(value, datetime) else value
+        for name, value in ((f.name, getattr(snapshot, f.name)) for f in fields(snapshot))
+    }
+    shown = None
+    if catalog:
+        shown = shown_items(client, database, sorted({i for row in lists for i in row[5]}))
+    encoded = [row[4].encode() + b"\n" for row in lists]
+    where, offset = [], 0
+    for (metric, window, scope, policy, *_), line in zip(lists, encoded, strict=True):
+        where.append([metric, window, scope, policy, offset, len(line) - 1])
+        offset += len(line)
+    header = _json({"format": FILE_FORMAT, "snapshot": meta, "shown": shown, "lists": where})
+    directory.mkdir(parents=True, exist_ok=True)
+    path = snapshot_path(directory, snapshot.board)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        with partial.open("wb") as out:
+            out.write(header + b"\n")
+            out.writelines(encoded)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return path
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def read_file(path: Path) -> SnapshotFile | None:
+    """The snapshot in `path`, or None when there is none yet."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    end = data.find(b"\n")
+    header = json.loads(data[:end])
+    if header.get("format") != FILE_FORMAT:
+        raise ValueError(f"{path}: format {header.get('format')!r}, not {FILE_FORMAT}")
+    meta = header["snapshot"]
+    snapshot = Snapshot(
+        **{
+            **meta,
+            "as_of": datetime.fromisoformat(meta["as_of"]),
+            "published_at": datetime.fromisoformat(meta["published_at"]),
+            "policies": tuple(meta["policies"]),
+        }
+    )
+    where = {
+        (metric, window, scope, policy): (end + 1 + offset, length)
+        for metric, window, scope, policy, offset, length in header["lists"]
+    }
+    scopes = sorted({key[2] for key in where}, key=lambda scope: (scope != "global", scope))
+    shown = header.get("shown")
+    if shown is not None:
+        shown = {item: (name, int(price)) for item, (name, price) in shown.items()}
+    return SnapshotFile(snapshot, scopes, shown, data, where)
+
+
+def read_snapshot_id(path: Path) -> str | None:
+    """The snapshot_id in a snapshot file (None when there is none, or it cannot be read)."""
+    try:
+        return read_file(path).snapshot.snapshot_id  # type: ignore[union-attr]
+    except (AttributeError, OSError, ValueError, KeyError, TypeError):
+        return None
