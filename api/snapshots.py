@@ -71,6 +71,9 @@ class Board:
 
 # Encoded answers kept per snapshot (each distinct chart request); past this, start over.
 MEMO_LIMIT = 4096
+# The bytes of encoded answers kept, in the memo or by raw request; past this, start over (a
+# crawler's distinct URLs, each answer up to ~70 kB at k=1000, cannot grow a process unbounded).
+ANSWERS_BYTES = 64 << 20
 
 
 class SnapshotStore:
@@ -96,6 +99,7 @@ class SnapshotStore:
         self._boards: dict[tuple[str, str, str, str], Board] = {}  # metric, window, scope, policy
         self._scopes: list[str] | None = None
         self._memo: dict[tuple, object] = {}
+        self._memo_bytes = 0
         self._refreshing = False
         self._checked_once = False
         self._generation = 0
@@ -135,7 +139,7 @@ class SnapshotStore:
                 self._snapshot = latest
                 self._boards = {}
                 self._scopes = None
-                self._memo = {}
+                self._memo, self._memo_bytes = {}, 0
             self._checked_once = True
             if generation == self._generation:  # else a publication came since: check again
                 self._checked_at = now
@@ -166,9 +170,10 @@ class SnapshotStore:
         value = build()
         with self._lock:
             if self._snapshot == snapshot:
-                if len(self._memo) >= MEMO_LIMIT:
-                    self._memo = {}
+                if len(self._memo) >= MEMO_LIMIT or self._memo_bytes > ANSWERS_BYTES:
+                    self._memo, self._memo_bytes = {}, 0
                 self._memo[key] = value
+                self._memo_bytes += len(value) if isinstance(value, bytes) else 0
         return value
 
     def scopes(self, snapshot: Snapshot) -> list[str]:
@@ -224,7 +229,7 @@ class SnapshotStore:
                 self._client = None
 
 
-# Raw requests kept; past this, start over (a crawler's distinct URLs cannot grow it unbounded).
+# Raw requests kept for api/hot.py; past this, or ANSWERS_BYTES, start over.
 ANSWERS_LIMIT = 8192
 
 
@@ -242,12 +247,14 @@ class Answers:
 
     def __init__(self) -> None:
         self._by_request: dict[tuple[str, str], Answer] = {}
+        self._bytes = 0
 
     def keep(self, environ: dict, answer: Answer) -> None:
-        if len(self._by_request) >= ANSWERS_LIMIT:
-            self._by_request = {}
+        if len(self._by_request) >= ANSWERS_LIMIT or self._bytes > ANSWERS_BYTES:
+            self._by_request, self._bytes = {}, 0
         key = (environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""))
         self._by_request[key] = answer
+        self._bytes += len(answer.body)
 
     def get(self, environ: dict) -> Answer | None:
         return self._by_request.get((environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", "")))

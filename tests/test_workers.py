@@ -23,6 +23,7 @@ import pytest
 from kafka_support import wait_for
 from live_api import AS_OF, BUYER, board_listens, load_other_boards
 
+from api import snapshots
 from api.app import create_app
 from ingest.kafka_broker import free_port
 from ingest.load import load_lines
@@ -324,3 +325,16 @@ def test_health_metrics_and_corrections_describe_the_whole_service(service):
             _published(chart)
             >= datetime.fromisoformat(body["snapshot"]["published_at"]).timestamp()
         ), f"still serving {chart['snapshot_id']}, older than {published}"
+
+
+def test_kept_answers_are_bounded_by_their_bytes():
+    """A crawler asking for every k of every scope cannot grow a worker without bound: the
+    answers kept for the hot path start over past ANSWERS_BYTES."""
+    answers = snapshots.Answers()
+    body = b"x" * (snapshots.ANSWERS_BYTES // 2 + 1)  # one object: the test itself stays small
+    answer = snapshots.Answer(None, None, False, body, "/")  # type: ignore[arg-type]
+    for n in range(6):
+        answers.keep({"PATH_INFO": f"/v1/charts/SE?k={n}"}, answer)
+    kept = [n for n in range(6) if answers.get({"PATH_INFO": f"/v1/charts/SE?k={n}"})]
+    assert len(kept) * len(body) <= snapshots.ANSWERS_BYTES + len(body)
+    assert kept[-1] == 5, "the newest answer is kept"
