@@ -86,6 +86,9 @@ def test_bad_input_gets_a_clear_message(tmp_path):
     assert missing.returncode == 1 and "No such file" in missing.stderr
     bad_time = toplist(tmp_path, "publish", "--as-of", "yesterday")
     assert bad_time.returncode == 2 and "not a time" in bad_time.stderr
+    bad_workers = toplist(tmp_path, "serve", "--workers", "-1")
+    assert bad_workers.returncode == 2 and "not a number of processes" in bad_workers.stderr
+    assert "Traceback" not in bad_workers.stderr
     bad_config = subprocess.run(
         [sys.executable, "-m", "toplist.cli", "migrate"],
         capture_output=True,

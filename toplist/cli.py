@@ -394,10 +394,16 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
         client.close()
 
 
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"not a number of processes (0 or more): {value!r}")
+    return int(value)
+
+
 def _workers_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
-        type=int,
+        type=_count,
         default=os.cpu_count() or 1,
         metavar="N",
         help="API worker processes that serve the reads from the published snapshots while"
