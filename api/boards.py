@@ -3,7 +3,8 @@
 * `GET /v1/listeners?k=10`: current listeners per song;
 * `GET /v1/sale/products?k=100`, `GET /v1/sale/buyers?k=100`: the flash sale's top products
   by units and top buyers by spend, with the sale's totals; `GET /v1/sale/products/<id>` and
-  `GET /v1/sale/buyers/<id>`: one product's or buyer's rank and score;
+  `GET /v1/sale/buyers/<id>`: one product's or buyer's rank and score, and with `/around` its
+  neighbours on the board;
 * `GET /v1/topk?scope=city:sf&metric=views&window=1h&k=50`: a marketplace shelf, left
   without the items the catalog says are unavailable, deleted or unknown, read at request
   time from a stored list longer than k (so the shelf still fills).
@@ -21,7 +22,7 @@ import re
 
 from flask import Blueprint, jsonify, request
 
-from api.charts import current, freshness, from_snapshot, parse_k, snapshot_header
+from api.charts import current, freshness, from_snapshot, parse_k, parse_n, snapshot_header
 from api.errors import ApiError
 from api.snapshots import Board, Entry, SnapshotStore
 from api.state import toplist
@@ -115,19 +116,48 @@ def sale_board(scope: str):  # type: ignore[no-untyped-def]
     return from_snapshot(snapshot, ("sale", scope, k), body)
 
 
+def _sale_not_ranked(snapshot: Snapshot, scope: str, item_id: str) -> ApiError:
+    what = scope[:-1]
+    return ApiError(
+        404,
+        f"{what}_not_ranked",
+        f"{what} {item_id!r} has no orders in snapshot {snapshot.snapshot_id}"
+        f" (snapshots keep the top {snapshot.keep_top} {scope})",
+    )
+
+
+@boards.get("/v1/sale/<any(products, buyers):scope>/<path:item_id>/around")
+def sale_around(scope: str, item_id: str):  # type: ignore[no-untyped-def]
+    """A product or buyer with the n entries above and below it on its sale board."""
+    n = parse_n()
+    snapshot = current("sale")
+    metric, id_field = _SALE[scope][0], _SALE[scope][1]
+    around = _board(snapshot, metric, "all", scope).around(item_id, n)
+    if around is None:
+        raise _sale_not_ranked(snapshot, scope, item_id)
+    centre = next(e for e in around if e.item_id == item_id)
+    return from_snapshot(
+        snapshot,
+        ("sale", scope, "around", item_id, n),
+        lambda stale: {
+            "board": scope,
+            "metric": metric,
+            "n": n,
+            **snapshot_header(snapshot, None, stale),
+            id_field: item_id,
+            "rank": centre.rank,
+            "items": [_sale_row(scope, entry) for entry in around],
+        },
+    )
+
+
 @boards.get("/v1/sale/<any(products, buyers):scope>/<path:item_id>")
 def sale_rank(scope: str, item_id: str):  # type: ignore[no-untyped-def]
     snapshot = current("sale")
     metric = _SALE[scope][0]
     entry = _board(snapshot, metric, "all", scope).by_item.get(item_id)
     if entry is None:
-        what = scope[:-1]
-        raise ApiError(
-            404,
-            f"{what}_not_ranked",
-            f"{what} {item_id!r} has no orders in snapshot {snapshot.snapshot_id}"
-            f" (snapshots keep the top {snapshot.keep_top} {scope})",
-        )
+        raise _sale_not_ranked(snapshot, scope, item_id)
     return from_snapshot(
         snapshot,
         ("sale", scope, "item", item_id),

@@ -1,4 +1,5 @@
-"""GET /v1/charts/<scope> and GET /v1/charts/<scope>/songs/<song_id> (DESIGN.md "Read API").
+"""GET /v1/charts/<scope>, GET /v1/charts/<scope>/songs/<song_id> (DESIGN.md "Read API") and
+GET /v1/charts/<scope>/songs/<song_id>/around (the song with its neighbours).
 
 Every answer drawn from a snapshot can be cached until the next publication: its ETag is
 the snapshot_id (with "-stale" once the snapshot is stale, so a cached copy never hides the
@@ -56,6 +57,20 @@ def parse_k(default: int, k_max: int) -> int:
         return default
     if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= k_max:
         raise ApiError(400, "invalid_k", f"k must be an integer from 1 to {k_max}, got {raw!r}")
+    return int(raw)
+
+
+# ?n= of an around-me request: the entries asked for on each side.
+N_MAX = 100
+
+
+def parse_n() -> int:
+    """The request's n: absent gives 5; anything but 1..N_MAX is a 400."""
+    raw = request.args.get("n")
+    if raw is None:
+        return 5
+    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= N_MAX:
+        raise ApiError(400, "invalid_n", f"n must be an integer from 1 to {N_MAX}, got {raw!r}")
     return int(raw)
 
 
@@ -160,6 +175,40 @@ def chart(scope: str):  # type: ignore[no-untyped-def]
     return from_snapshot(snapshot, ("chart", policy, window, scope, k), body)
 
 
+def _not_ranked(snapshot: Snapshot, song_id: str, scope: str, window: str) -> ApiError:
+    return ApiError(
+        404,
+        "song_not_ranked",
+        f"song {song_id!r} has no listens in {scope} for window {window} in snapshot"
+        f" {snapshot.snapshot_id} (snapshots keep the top {snapshot.keep_top} per board)",
+    )
+
+
+@charts.get("/v1/charts/<scope>/songs/<path:song_id>/around")
+def song_around(scope: str, song_id: str):  # type: ignore[no-untyped-def]
+    """The song with the n entries above and below it on its chart (within the kept depth)."""
+    scope, window, n = _scope(scope), _window(), parse_n()
+    snapshot = current(CHARTS.name)
+    policy = _policy(snapshot)
+    around = _chart(snapshot, policy, window, scope).around(song_id, n)
+    if around is None:
+        raise _not_ranked(snapshot, song_id, scope, window)
+    centre = next(e for e in around if e.item_id == song_id)
+    return from_snapshot(
+        snapshot,
+        ("around", policy, window, scope, song_id, n),
+        lambda stale: {
+            "scope": scope,
+            "window": window,
+            "n": n,
+            **snapshot_header(snapshot, policy, stale),
+            "song_id": song_id,
+            "rank": centre.rank,
+            "items": [{"rank": e.rank, "song_id": e.item_id, "listens": e.score} for e in around],
+        },
+    )
+
+
 @charts.get("/v1/charts/<scope>/songs/<path:song_id>")
 def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
     scope, window = _scope(scope), _window()
@@ -167,12 +216,7 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
     policy = _policy(snapshot)
     entry = _chart(snapshot, policy, window, scope).by_item.get(song_id)
     if entry is None:
-        raise ApiError(
-            404,
-            "song_not_ranked",
-            f"song {song_id!r} has no listens in {scope} for window {window} in snapshot"
-            f" {snapshot.snapshot_id} (snapshots keep the top {snapshot.keep_top} per board)",
-        )
+        raise _not_ranked(snapshot, song_id, scope, window)
     return from_snapshot(
         snapshot,
         ("song", policy, window, scope, song_id),

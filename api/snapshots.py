@@ -63,6 +63,15 @@ class Board:
         ]
         return cls(entries, {entry.item_id: entry for entry in entries})
 
+    def around(self, item_id: str, n: int) -> list[Entry] | None:
+        """The item's entry with the n entries above and below it, in rank order (fewer at
+        either end of the kept list); None when the item is not on it."""
+        entry = self.by_item.get(item_id)
+        if entry is None:
+            return None
+        at = self.entries.index(entry)
+        return self.entries[max(0, at - n) : at + n + 1]
+
     def top(self, k: int) -> list[Entry]:
         """The cut at k, the same for every policy: the rows ranked k or better (v1 has one
         row per rank; v1-ties also keeps every song tied at rank k)."""

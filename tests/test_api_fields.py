@@ -91,6 +91,8 @@ def fields_of_the_answers() -> dict[str, dict]:
         name.replace("SaleBoard.items.", "SaleEntry.")
         .replace("SaleRank.", "SaleEntry.")
         .replace("Chart.items.", "ChartItem.")
+        .replace("SongAround.items.", "ChartItem.")
+        .replace("SaleAround.items.", "SaleEntry.")
         .replace("VoidResult.snapshot.", "Snapshot."): sub
         for name, sub in out.items()
     }
@@ -214,6 +216,66 @@ def test_a_song_rank_is_its_place_in_the_whole_scope(served):
             )
             assert (body["scope"], body["window"], body["song_id"]) == (scope, window, song)
             assert (body["rank"], body["listens"]) == (place, listens), (scope, window, song)
+
+
+@holds(
+    "SongAround.scope",
+    "SongAround.window",
+    "SongAround.n",
+    "SongAround.song_id",
+    "SongAround.rank",
+    "SongAround.items",
+)
+def test_around_me_is_the_song_and_its_neighbours_on_its_chart(served):
+    for (window, scope), ranked in charted().items():
+        rows = [
+            {"rank": place, "song_id": song, "listens": listens}
+            for place, (song, listens) in enumerate(ranked, start=1)
+        ]
+        for at, row in enumerate(rows):  # the top and the bottom of every board included
+            song = requests.utils.quote(row["song_id"])
+            for n in (1, 2):
+                body = get(served, f"/v1/charts/{scope}/songs/{song}/around?window={window}&n={n}")
+                assert (body["scope"], body["window"], body["n"]) == (scope, window, n)
+                assert (body["song_id"], body["rank"]) == (row["song_id"], row["rank"])
+                assert body["items"] == rows[max(0, at - n) : at + n + 1], (scope, window, at)
+    assert get(served, "/v1/charts/SE/songs/se-day-anthem/around")["n"] == 5
+    unranked = requests.get(served.url + "/v1/charts/SE/songs/nobody/around", timeout=30)
+    assert unranked.status_code == 404
+    assert unranked.json()["error"]["code"] == "song_not_ranked"
+    for bad in ("0", "101", "x", "-1", "1.5"):
+        answer = requests.get(
+            served.url + f"/v1/charts/SE/songs/se-day-anthem/around?n={bad}", timeout=30
+        )
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_n", bad
+
+
+@holds(
+    "SaleAround.board",
+    "SaleAround.metric",
+    "SaleAround.n",
+    "SaleAround.product_id",
+    "SaleAround.buyer_id",
+    "SaleAround.rank",
+    "SaleAround.items",
+)
+def test_around_me_on_the_sale_boards(served):
+    boards = {
+        "products": get(served, "/v1/sale/products?k=1000")["items"],
+        "buyers": get(served, "/v1/sale/buyers?k=1000")["items"],
+    }
+    for board, metric in (("products", "units"), ("buyers", "spend_cents")):
+        rows, id_field = boards[board], f"{board[:-1]}_id"
+        assert len(rows) > 6
+        for at in (0, 1, len(rows) // 2, len(rows) - 1):
+            item = rows[at][id_field]
+            body = get(served, f"/v1/sale/{board}/{requests.utils.quote(item)}/around?n=3")
+            assert (body["board"], body["metric"], body["n"]) == (board, metric, 3)
+            assert (body[id_field], body["rank"]) == (item, rows[at]["rank"])
+            assert body["items"] == rows[max(0, at - 3) : at + 4], (board, at)
+        missing = requests.get(served.url + f"/v1/sale/{board}/nobody/around", timeout=30)
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == f"{board[:-1]}_not_ranked"
 
 
 @holds("Scopes.scopes", "Scopes.policies")

@@ -47,6 +47,8 @@ def test_the_snapshot_files_answer_as_the_registry_does(client, config):
         "/v1/charts/global?window=1h&k=3&policy=v1-ties",
         "/v1/charts/SE/songs/se-day-anthem?window=7d",
         "/v1/charts/SE/songs/no-such-song",
+        "/v1/charts/SE/songs/se-day-anthem/around?n=1",
+        f"/v1/sale/buyers/{BUYER}/around",
         "/v1/charts/ZZ",
         "/v1/scopes",
         "/v1/listeners?k=5",
