@@ -22,7 +22,15 @@ import re
 
 from flask import Blueprint, jsonify, request
 
-from api.charts import current, freshness, from_snapshot, parse_k, parse_n, snapshot_header
+from api.charts import (
+    current,
+    freshness,
+    from_snapshot,
+    parse_k,
+    parse_n,
+    parse_offset,
+    snapshot_header,
+)
 from api.errors import ApiError
 from api.snapshots import Board, Entry, SnapshotStore
 from api.state import toplist
@@ -58,6 +66,7 @@ def _int_stats(snapshot: Snapshot, *names: str) -> dict[str, int]:
 def listeners():  # type: ignore[no-untyped-def]
     config = toplist().config
     k = parse_k(config.default_k, config.board_keep_top)
+    offset = parse_offset(config.board_keep_top)
     snapshot = current("listeners")
 
     def body(stale: bool) -> dict[str, object]:
@@ -67,11 +76,12 @@ def listeners():  # type: ignore[no-untyped-def]
             **snapshot_header(snapshot, None, stale),
             **_int_stats(snapshot, "users"),
             "items": [
-                {"rank": e.rank, "song_id": e.item_id, "listeners": e.score} for e in board.top(k)
+                {"rank": e.rank, "song_id": e.item_id, "listeners": e.score}
+                for e in board.page(k, offset)
             ],
         }
 
-    return from_snapshot(snapshot, ("listeners", k), body)
+    return from_snapshot(snapshot, ("listeners", k, offset), body)
 
 
 _SALE = {
@@ -99,6 +109,7 @@ def _sale_totals(snapshot: Snapshot) -> dict[str, object]:
 def sale_board(scope: str):  # type: ignore[no-untyped-def]
     config = toplist().config
     k = parse_k(100, config.board_keep_top)
+    offset = parse_offset(config.board_keep_top)
     snapshot = current("sale")
     metric = _SALE[scope][0]
 
@@ -110,10 +121,10 @@ def sale_board(scope: str):  # type: ignore[no-untyped-def]
             "k": k,
             **snapshot_header(snapshot, None, stale),
             "totals": _sale_totals(snapshot),
-            "items": [_sale_row(scope, entry) for entry in board.top(k)],
+            "items": [_sale_row(scope, entry) for entry in board.page(k, offset)],
         }
 
-    return from_snapshot(snapshot, ("sale", scope, k), body)
+    return from_snapshot(snapshot, ("sale", scope, k, offset), body)
 
 
 def _sale_not_ranked(snapshot: Snapshot, scope: str, item_id: str) -> ApiError:
@@ -165,7 +176,7 @@ def sale_rank(scope: str, item_id: str):  # type: ignore[no-untyped-def]
     )
 
 
-def _shelf_args() -> tuple[str, str, str, int]:
+def _shelf_args() -> tuple[str, str, str, int, int]:
     config = toplist().config
     scope = request.args.get("scope", "global")
     if not _SHELF_SCOPE.fullmatch(scope):
@@ -176,7 +187,8 @@ def _shelf_args() -> tuple[str, str, str, int]:
         )
     metric = _one_of("metric", POPULAR_METRICS, "views")
     window = _one_of("window", POPULAR_WINDOWS, "1h")
-    return scope, metric, window, parse_k(config.default_k, config.popular_k_max)
+    k = parse_k(config.default_k, config.popular_k_max)
+    return scope, metric, window, k, parse_offset(config.popular_keep_top)
 
 
 def _one_of(name: str, allowed: tuple[str, ...], default: str) -> str:
@@ -190,7 +202,7 @@ def _one_of(name: str, allowed: tuple[str, ...], default: str) -> str:
 
 @boards.get("/v1/topk")
 def topk():  # type: ignore[no-untyped-def]
-    scope, metric, window, k = _shelf_args()
+    scope, metric, window, k, offset = _shelf_args()
     snapshot = current("popular")
     store = _store("popular")
 
@@ -198,17 +210,20 @@ def topk():  # type: ignore[no-untyped-def]
         board = _board(snapshot, metric, window, scope)
         shown = store.shown_items(snapshot, [entry.item_id for entry in board.entries])
         items: list[dict[str, object]] = []
-        hidden = 0  # ranked items left out, up to the last one shown
+        place = hidden = 0  # places on the shelf so far; ranked items left out up to the last
         for entry in board.entries:
             if len(items) == k:
                 break
             if entry.item_id not in shown:
                 hidden += 1
                 continue
+            place += 1
+            if place <= offset:  # on an earlier page
+                continue
             name, price = shown[entry.item_id]
             items.append(
                 {
-                    "rank": len(items) + 1,
+                    "rank": place,
                     "item_id": entry.item_id,
                     "name": name,
                     "price_cents": price,
@@ -226,7 +241,7 @@ def topk():  # type: ignore[no-untyped-def]
         }
 
     if store.catalog_in_snapshot:  # the catalog rows came with the snapshot: fixed by it
-        return from_snapshot(snapshot, ("topk", scope, metric, window, k), body)
+        return from_snapshot(snapshot, ("topk", scope, metric, window, k, offset), body)
     stale, _, _ = freshness(toplist().config, snapshot)
     response = jsonify(body(stale))
     response.cache_control.no_cache = True  # the catalog may change before the next snapshot

@@ -74,6 +74,21 @@ def parse_n() -> int:
     return int(raw)
 
 
+def parse_offset(depth: int) -> int:
+    """The request's offset (pages): absent gives 0; anything but 0..depth is a 400."""
+    raw = request.args.get("offset")
+    if raw is None:
+        return 0
+    if not _DIGITS.fullmatch(raw) or int(raw) > depth:
+        raise ApiError(
+            400,
+            "invalid_offset",
+            f"offset must be an integer from 0 to {depth} (the depth a snapshot keeps),"
+            f" got {raw!r}",
+        )
+    return int(raw)
+
+
 def _k() -> int:
     config = toplist().config
     return parse_k(config.default_k, config.k_max)
@@ -157,6 +172,7 @@ def from_snapshot(
 @charts.get("/v1/charts/<scope>")
 def chart(scope: str):  # type: ignore[no-untyped-def]
     scope, window, k = _scope(scope), _window(), _k()
+    offset = parse_offset(toplist().config.keep_top)
     snapshot = current(CHARTS.name)
     policy = _policy(snapshot)
 
@@ -168,11 +184,12 @@ def chart(scope: str):  # type: ignore[no-untyped-def]
             "k": k,
             **snapshot_header(snapshot, policy, stale),
             "items": [
-                {"rank": e.rank, "song_id": e.item_id, "listens": e.score} for e in board.top(k)
+                {"rank": e.rank, "song_id": e.item_id, "listens": e.score}
+                for e in board.page(k, offset)
             ],
         }
 
-    return from_snapshot(snapshot, ("chart", policy, window, scope, k), body)
+    return from_snapshot(snapshot, ("chart", policy, window, scope, k, offset), body)
 
 
 def _not_ranked(snapshot: Snapshot, song_id: str, scope: str, window: str) -> ApiError:

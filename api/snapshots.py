@@ -72,10 +72,11 @@ class Board:
         at = self.entries.index(entry)
         return self.entries[max(0, at - n) : at + n + 1]
 
-    def top(self, k: int) -> list[Entry]:
-        """The cut at k, the same for every policy: the rows ranked k or better (v1 has one
-        row per rank; v1-ties also keeps every song tied at rank k)."""
-        return self.entries[: bisect_right(self.ranks, k)]
+    def page(self, k: int, offset: int = 0) -> list[Entry]:
+        """The rows ranked after `offset` and k or fewer places below it, the same for every
+        policy: at offset 0 the cut at k (v1 has one row per rank; v1-ties also keeps every
+        song tied at rank k), and the pages at offsets 0, k, 2k... hold every row once."""
+        return self.entries[bisect_right(self.ranks, offset) : bisect_right(self.ranks, offset + k)]
 
 
 # Encoded answers kept per snapshot (each distinct chart request); past this, start over.

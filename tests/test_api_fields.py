@@ -278,6 +278,45 @@ def test_around_me_on_the_sale_boards(served):
         assert missing.json()["error"]["code"] == f"{board[:-1]}_not_ranked"
 
 
+def pages(served, path: str, k: int, rows: str = "items") -> list[dict]:
+    """Every page of `path` at k rows a page, from offset 0 until one comes back empty."""
+    found, offset = [], 0
+    while True:
+        body = get(served, f"{path}{'&' if '?' in path else '?'}k={k}&offset={offset}")
+        assert body["k"] == k, path
+        if not body[rows]:
+            return found
+        found += body[rows]
+        offset += k
+
+
+def test_pages_hold_every_row_once_in_rank_order(served):
+    for (window, scope), ranked in charted().items():
+        expected = [
+            {"rank": n, "song_id": song, "listens": listens}
+            for n, (song, listens) in enumerate(ranked, start=1)
+        ]
+        for k in (1, 2):
+            assert pages(served, f"/v1/charts/{scope}?window={window}", k) == expected
+    ties = "/v1/charts/global?window=all&policy=v1-ties"
+    assert pages(served, ties, 1) == get(served, ties + "&k=1000")["items"]
+    for path in ("/v1/listeners?", "/v1/sale/products?", "/v1/sale/buyers?"):
+        assert pages(served, path, 3) == get(served, path + "k=1000")["items"], path
+    for scope, metric, window in (("global", "views", "1d"), ("city:sf", "orders", "1d")):
+        shelf = f"/v1/topk?scope={scope}&metric={metric}&window={window}"
+        whole = get(served, shelf + "&k=100")
+        assert pages(served, shelf, 2) == whole["items"] and len(whole["items"]) > 4
+        count = len(whole["items"])
+        last = get(served, shelf + f"&k=2&offset={count - 2}")
+        full = get(served, shelf + f"&k={count}")  # the same last item, from the top
+        assert last["hidden"] == full["hidden"], "hidden counts from the top of the shelf"
+    for bad in ("-1", "x", "1.5", "1001"):
+        answer = requests.get(served.url + f"/v1/charts/SE?offset={bad}", timeout=30)
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_offset"
+    beyond = requests.get(served.url + "/v1/topk?offset=301", timeout=30)
+    assert beyond.status_code == 400 and beyond.json()["error"]["code"] == "invalid_offset"
+
+
 @holds("Scopes.scopes", "Scopes.policies")
 def test_scopes_are_global_then_every_country_with_listens(served):
     body = get(served, "/v1/scopes")

@@ -48,6 +48,8 @@ def test_the_snapshot_files_answer_as_the_registry_does(client, config):
         "/v1/charts/SE/songs/se-day-anthem?window=7d",
         "/v1/charts/SE/songs/no-such-song",
         "/v1/charts/SE/songs/se-day-anthem/around?n=1",
+        "/v1/charts/global?k=2&offset=1",
+        "/v1/topk?scope=global&metric=views&window=1d&k=2&offset=3",
         f"/v1/sale/buyers/{BUYER}/around",
         "/v1/charts/ZZ",
         "/v1/scopes",
