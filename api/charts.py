@@ -50,14 +50,24 @@ def _window() -> str:
     return window
 
 
-def parse_k(default: int, k_max: int) -> int:
-    """The request's k: absent gives the default; anything but 1..k_max is a 400."""
-    raw = request.args.get("k")
+def _int_arg(name: str, default: int, low: int, high: int, why: str = "") -> int:
+    """The request's integer `name`: absent gives the default; anything but low..high is a
+    400 `invalid_<name>`."""
+    raw = request.args.get(name)
     if raw is None:
         return default
-    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= k_max:
-        raise ApiError(400, "invalid_k", f"k must be an integer from 1 to {k_max}, got {raw!r}")
+    if not _DIGITS.fullmatch(raw) or not low <= int(raw) <= high:
+        raise ApiError(
+            400,
+            f"invalid_{name}",
+            f"{name} must be an integer from {low} to {high}{why}, got {raw!r}",
+        )
     return int(raw)
+
+
+def parse_k(default: int, k_max: int) -> int:
+    """The request's k: absent gives the default; anything but 1..k_max is a 400."""
+    return _int_arg("k", default, 1, k_max)
 
 
 # ?n= of an around-me request: the entries asked for on each side.
@@ -66,27 +76,12 @@ N_MAX = 100
 
 def parse_n() -> int:
     """The request's n: absent gives 5; anything but 1..N_MAX is a 400."""
-    raw = request.args.get("n")
-    if raw is None:
-        return 5
-    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= N_MAX:
-        raise ApiError(400, "invalid_n", f"n must be an integer from 1 to {N_MAX}, got {raw!r}")
-    return int(raw)
+    return _int_arg("n", 5, 1, N_MAX)
 
 
 def parse_offset(depth: int) -> int:
     """The request's offset (pages): absent gives 0; anything but 0..depth is a 400."""
-    raw = request.args.get("offset")
-    if raw is None:
-        return 0
-    if not _DIGITS.fullmatch(raw) or int(raw) > depth:
-        raise ApiError(
-            400,
-            "invalid_offset",
-            f"offset must be an integer from 0 to {depth} (the depth a snapshot keeps),"
-            f" got {raw!r}",
-        )
-    return int(raw)
+    return _int_arg("offset", 0, 0, depth, " (the depth a snapshot keeps)")
 
 
 def _k() -> int:

@@ -86,6 +86,21 @@ MEMO_LIMIT = 4096
 ANSWERS_BYTES = 64 << 20
 
 
+class Kept(dict):
+    """Values by key that start over past `limit` of them or ANSWERS_BYTES of their sizes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit, self.size = limit, 0
+
+    def put(self, key: object, value: object, size: int) -> None:
+        if len(self) >= self.limit or self.size > ANSWERS_BYTES:
+            self.clear()
+            self.size = 0
+        self[key] = value
+        self.size += size
+
+
 class SnapshotStore:
     """The current snapshot of one board and the lists drawn from it."""
 
@@ -108,8 +123,7 @@ class SnapshotStore:
         self._checked_at: float | None = None
         self._boards: dict[tuple[str, str, str, str], Board] = {}  # metric, window, scope, policy
         self._scopes: list[str] | None = None
-        self._memo: dict[tuple, object] = {}
-        self._memo_bytes = 0
+        self._memo = Kept(MEMO_LIMIT)
         self._refreshing = False
         self._checked_once = False
         self._generation = 0
@@ -149,7 +163,7 @@ class SnapshotStore:
                 self._snapshot = latest
                 self._boards = {}
                 self._scopes = None
-                self._memo, self._memo_bytes = {}, 0
+                self._memo = Kept(MEMO_LIMIT)
             self._checked_once = True
             if generation == self._generation:  # else a publication came since: check again
                 self._checked_at = now
@@ -180,10 +194,7 @@ class SnapshotStore:
         value = build()
         with self._lock:
             if self._snapshot == snapshot:
-                if len(self._memo) >= MEMO_LIMIT or self._memo_bytes > ANSWERS_BYTES:
-                    self._memo, self._memo_bytes = {}, 0
-                self._memo[key] = value
-                self._memo_bytes += len(value) if isinstance(value, bytes) else 0
+                self._memo.put(key, value, len(value) if isinstance(value, bytes) else 0)
         return value
 
     def scopes(self, snapshot: Snapshot) -> list[str]:
@@ -239,7 +250,7 @@ class SnapshotStore:
                 self._client = None
 
 
-# Raw requests kept for api/hot.py; past this, or ANSWERS_BYTES, start over.
+# Raw requests kept for api/hot.py (and at most ANSWERS_BYTES of their answers).
 ANSWERS_LIMIT = 8192
 
 
@@ -256,18 +267,17 @@ class Answers:
     """Encoded answers by raw request."""
 
     def __init__(self) -> None:
-        self._by_request: dict[tuple[str, str], Answer] = {}
-        self._bytes = 0
+        self._by_request = Kept(ANSWERS_LIMIT)
 
     def keep(self, environ: dict, answer: Answer) -> None:
-        if len(self._by_request) >= ANSWERS_LIMIT or self._bytes > ANSWERS_BYTES:
-            self._by_request, self._bytes = {}, 0
-        key = (environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""))
-        self._by_request[key] = answer
-        self._bytes += len(answer.body)
+        self._by_request.put(_request(environ), answer, len(answer.body))
 
     def get(self, environ: dict) -> Answer | None:
-        return self._by_request.get((environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", "")))
+        return self._by_request.get(_request(environ))
+
+
+def _request(environ: dict) -> tuple[str, str]:
+    return environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", "")
 
 
 # How often a worker looks whether its board's file was replaced (a stat), so that every worker
