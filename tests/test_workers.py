@@ -189,7 +189,8 @@ class Answer:
 
 @pytest.fixture(scope="module")
 def hammered(service: Service) -> list[Answer]:
-    """Ten seconds of reads on fresh connections while the charts publish every second."""
+    """Ten seconds of reads on fresh connections while every board publishes (the charts and
+    the sale every second, live listeners every 2 s, the shelves every 10 s)."""
     assert len(service.workers()) == WORKERS
     published: set[str] = set()
 
@@ -199,7 +200,14 @@ def hammered(service: Service) -> list[Answer]:
 
     wait_for(publishing, 120, "the charts to be published every second or so")
     song = service.get("/v1/charts/global")[1]["items"][0]["song_id"]
-    paths = ["/v1/charts/global?k=20", f"/v1/charts/global/songs/{song}", "/v1/scopes"]
+    paths = [
+        "/v1/charts/global?k=20",
+        f"/v1/charts/global/songs/{song}",
+        "/v1/scopes",
+        "/v1/listeners?k=3",
+        "/v1/sale/products?k=3",
+        "/v1/topk?scope=global&metric=views&window=1d&k=3",
+    ]
     answers: list[Answer] = []
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -215,23 +223,33 @@ def _published(body: dict) -> float:
     return datetime.fromisoformat(body["published_at"]).timestamp()
 
 
+def _board(answer: Answer) -> str:
+    return answer.body["snapshot_id"].split("-")[0]
+
+
 def test_every_worker_serves_a_publication_within_a_second_of_it(hammered):
     by_worker = defaultdict(list)
+    publications: dict[str, set[float]] = defaultdict(set)
     for answer in hammered:
         by_worker[answer.worker].append(answer)
+        publications[_board(answer)].add(_published(answer.body))
     assert len(by_worker) == WORKERS, "every worker answered some of the reads"
-    publications = sorted({_published(answer.body) for answer in hammered})
-    assert len(publications) >= 4, "the charts were published several times meanwhile"
+    for board, least in (("charts", 4), ("sale", 4), ("listeners", 3), ("popular", 1)):
+        assert len(publications[board]) >= least, f"{board} was published meanwhile"
     for worker, answers in by_worker.items():
         for answer in answers:
-            # the newest publication made at least a second before this answer
-            due = max((p for p in publications if p <= answer.received - 1.0), default=0.0)
+            # the newest publication of its board made at least a second before this answer
+            due = max(
+                (p for p in publications[_board(answer)] if p <= answer.received - 1.0),
+                default=0.0,
+            )
             assert _published(answer.body) >= due, (
                 f"worker {worker} served {answer.body['snapshot_id']} at {answer.received:.3f},"
                 f" over a second after a newer one was published ({due:.3f})"
             )
-        seen = {answer.body["snapshot_id"] for answer in answers}
-        assert len(seen) >= 3, f"worker {worker} followed the publications ({len(seen)} seen)"
+        for board in ("charts", "sale"):
+            seen = {a.body["snapshot_id"] for a in answers if _board(a) == board}
+            assert len(seen) >= 3, f"worker {worker} followed the {board} ({len(seen)} seen)"
 
 
 def test_no_answer_mixes_two_snapshots(hammered):
