@@ -86,6 +86,10 @@ class Config:
     policies: tuple[str, ...] = POLICIES
     snapshot_retention: int = 24
     load_batch_rows: int = 200_000
+    # How many parts of each batch are applied side by side, each through its own connection
+    # on its own core (ingest/load.py): the events are split by a hash of the board's key, so
+    # every copy of one event_id is in one part. Default: the core count.
+    ingest_lanes: int = field(default_factory=lambda: os.cpu_count() or 1)
     # How often an API process asks the registry for a new snapshot. Embedded, none by
     # default: no other process can publish, and every in-process publication tells the cache.
     cache_poll_seconds: float = 1.0
@@ -271,6 +275,7 @@ class Config:
             policies=_names(env, "TOPLIST_POLICIES", base.policies),
             snapshot_retention=_int(env, "TOPLIST_SNAPSHOT_RETENTION", base.snapshot_retention),
             load_batch_rows=_int(env, "TOPLIST_LOAD_BATCH_ROWS", base.load_batch_rows),
+            ingest_lanes=_int(env, "TOPLIST_INGEST_LANES", base.ingest_lanes),
             cache_poll_seconds=_float(env, "TOPLIST_CACHE_POLL_SECONDS", base.cache_poll_seconds),
             kafka_brokers=env.get("TOPLIST_KAFKA_BROKERS", base.kafka_brokers).strip(),
             kafka_topic=env.get("TOPLIST_KAFKA_TOPIC") or base.kafka_topic,

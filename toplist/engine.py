@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,11 @@ log = logging.getLogger(__name__)
 # Opening the embedded engine redirects this process's stderr for a moment (_open_embedded):
 # one thread at a time, or a second thread would restore the first one's redirection.
 _OPENING = threading.Lock()
+# The configuration each client was opened with, and the clients opened beside it to work on
+# more than one core (`lanes`), closed with it.
+_OPENED_WITH: weakref.WeakKeyDictionary[Client, Config] = weakref.WeakKeyDictionary()
+_LANES: weakref.WeakKeyDictionary[Client, list[Client]] = weakref.WeakKeyDictionary()
+_LANES_LOCK = threading.Lock()
 
 
 def chdb_path(url: str) -> Path:
@@ -46,7 +52,38 @@ def connect(config: Config) -> Client:
     else:
         client = clickhouse_connect.get_client(dsn=config.clickhouse_url)
     log.debug("connected to %s (ClickHouse %s)", config.clickhouse_url, client.server_version)
+    _OPENED_WITH[client] = config
     return client
+
+
+def opened_with(client: Client) -> Config | None:
+    """The configuration `connect` opened `client` with (None for a client it did not open)."""
+    return _OPENED_WITH.get(client)
+
+
+def lanes(client: Client) -> list[Client]:
+    """`client` and the clients beside it that work on the same engine at the same time, one
+    per ingest lane (`TOPLIST_INGEST_LANES`): each runs its statements on a core of its own
+    (a client runs one statement at a time). Opened at the first call and kept with `client`;
+    only `client` itself for a client this module did not open. Closing `client` closes them
+    (an open embedded client keeps its data directory's engine open)."""
+    config = _OPENED_WITH.get(client)
+    if config is None or config.ingest_lanes <= 1:
+        return [client]
+    with _LANES_LOCK:
+        others = _LANES.get(client)
+        if others is None:
+            others = [connect(config) for _ in range(config.ingest_lanes - 1)]
+            _LANES[client] = others
+            close = client.close
+
+            def close_with_lanes() -> None:
+                for other in others:
+                    other.close()
+                close()
+
+            client.close = close_with_lanes  # type: ignore[method-assign]
+    return [client, *others]
 
 
 def _open_embedded(url: str) -> Client:
