@@ -58,7 +58,7 @@ def _counts(client, db: str) -> dict[str, int]:
 
 def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
     """One measurement in this process; returns what the parent prints."""
-    from ingest.load import _apply, load_lines
+    from ingest.load import _apply, load_lines, read_lines
     from toplist.boards import CHARTS
     from toplist.engine import connect
     from toplist.migrate import migrate
@@ -67,7 +67,8 @@ def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
     client = connect(config)
     migrate(client, config)
     db = config.database
-    lines = lines_file.read_bytes().splitlines()
+    with lines_file.open("rb") as stream:
+        messages = sum(1 for _ in stream)
     if mode == "jsoneachrow":
         client.command(
             f"""
@@ -89,12 +90,15 @@ def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
         seconds = time.perf_counter() - started
         raw_rows = int(client.command(f"SELECT count() FROM {db}.plain"))
         client.close()
-        return {"mode": mode, "seconds": seconds, "messages": len(lines), "raw_rows": raw_rows}
+        return {"mode": mode, "seconds": seconds, "messages": messages, "raw_rows": raw_rows}
     if mode == "load":
+        # As `toplist load` reads a file: line by line, never all of it at once.
         started = time.perf_counter()
-        load_lines(client, db, lines, batch_rows=config.load_batch_rows)
+        with lines_file.open("rb") as stream:
+            load_lines(client, db, read_lines(stream), batch_rows=config.load_batch_rows)
         seconds = time.perf_counter() - started
     elif mode == "insert-select":
+        lines = lines_file.read_bytes().splitlines()
         batch_id = uuid.uuid4()
         client.insert(
             f"{db}.listens_incoming_log",
@@ -114,7 +118,7 @@ def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
         started = time.perf_counter()
         ingest = KafkaIngest(config, connect).start()
         first_at, first_messages = None, 0
-        while ingest.status.messages < len(lines):
+        while ingest.status.messages < messages:
             time.sleep(0.02)
             if first_at is None and ingest.status.messages:
                 first_at, first_messages = time.perf_counter(), ingest.status.messages
@@ -124,13 +128,13 @@ def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
         ingest.stop()
         # Sustained rate: from the first applied batch (after the group join) to the last; a
         # topic small enough for one batch has only the whole time, group join included.
-        if first_messages < len(lines):
-            seconds = (done - first_at) * len(lines) / (len(lines) - first_messages)
+        if first_messages < messages:
+            seconds = (done - first_at) * messages / (messages - first_messages)
         else:
             seconds = done - started
     counts = _counts(client, db)
     client.close()
-    return {"mode": mode, "seconds": seconds, "messages": len(lines), **counts}
+    return {"mode": mode, "seconds": seconds, "messages": messages, **counts}
 
 
 def produce(brokers: str, topic: str, partitions: int, lines: list[bytes]) -> float:

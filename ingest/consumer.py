@@ -19,11 +19,13 @@ dedup on event_id would keep the counts right, but a malformed message would be
 dead-lettered twice.)
 
 Batching and back-pressure: messages are gathered until `kafka_batch_rows` or
-`kafka_batch_seconds`, then inserted synchronously; nothing more is taken from the client
-until the insert returns, and librdkafka's prefetch queue is bounded
-(`queued.max.messages.kbytes`), so memory stays bounded however far behind the consumer is:
-the backlog waits in Kafka. A failed insert rewinds the batch's partitions to its first
-offsets, repairs what the failure left, and retries with backoff; nothing is skipped.
+`kafka_batch_seconds`, then handed to a writer thread, which inserts them while the next batch
+is gathered; one batch is written at a time, in order, and the next is handed over only when
+the one before is written, and librdkafka's prefetch queue is bounded
+(`queued.max.messages.kbytes`), so memory stays bounded (two batches) however far behind the
+consumer is: the backlog waits in Kafka. A failed insert rewinds the batch's partitions (and
+those of the batch gathered since, which is dropped) to their first offsets, repairs what the
+failure left, and retries with backoff; nothing is skipped.
 
 Client: confluent-kafka (librdkafka). Measured beside kafka-python on this machine
 (`python -m bench.kafka_clients`), it consumed ~5x as many messages per second (see
@@ -39,6 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
@@ -173,6 +176,8 @@ class KafkaIngest:
         # Per partition, the offset up to which batches are applied (listens_incoming_done).
         self._applied: dict[tuple[str, int], int] = {}
         self._needs_repair = True
+        # The batch the writer thread is inserting, with what the insert will return.
+        self._writing: tuple[_Batch, Future] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -195,12 +200,13 @@ class KafkaIngest:
     def run(self) -> None:
         client = self._connect(self.config)
         consumer = Consumer(self._options)
+        writer = ThreadPoolExecutor(1, thread_name_prefix=f"kafka-write{self.board.group_suffix}")
         batch = _Batch()
 
         def on_revoke(_consumer, _partitions) -> None:
             # Write and commit what we hold before the partitions move to another member.
             nonlocal batch
-            batch = self._flush(client, consumer, batch)
+            batch = self._flush(writer, client, consumer, batch, wait=True)
 
         def on_assign(_consumer, _partitions) -> None:
             # Another member may have applied more of these partitions since we last looked.
@@ -214,9 +220,13 @@ class KafkaIngest:
         next_lag = 0.0
         try:
             while not self._stop.is_set():
-                if self._needs_repair and not self._repair(client):
-                    self._stop.wait(self._backoff)
-                    continue
+                if self._needs_repair:
+                    # Nothing may be written while a repair looks for unfinished batches.
+                    if not self._settle(consumer, wait=True, taken=batch):
+                        batch = _Batch()
+                    if not self._repair(client):
+                        self._stop.wait(self._backoff)
+                        continue
                 room = self.config.kafka_batch_rows - len(batch)
                 for message in consumer.consume(num_messages=min(room, 10_000), timeout=0.2):
                     error = message.error()
@@ -225,10 +235,12 @@ class KafkaIngest:
                             self._record_error(f"consume: {error}")
                     elif not self._already_applied(message):
                         batch.add(message)
+                if not self._settle(consumer, wait=False, taken=batch):
+                    batch = _Batch()
                 full = len(batch) >= self.config.kafka_batch_rows
                 due = batch and time.monotonic() - batch.started >= self.config.kafka_batch_seconds
                 if full or due:
-                    batch = self._flush(client, consumer, batch)
+                    batch = self._flush(writer, client, consumer, batch)
                 elif self._uncommitted and time.monotonic() >= self._next_commit:
                     self._commit(consumer)
                 if time.monotonic() >= next_lag:
@@ -236,12 +248,13 @@ class KafkaIngest:
                     next_lag = time.monotonic() + _LAG_EVERY_SECONDS
             # A clean stop: what was taken is written and committed before leaving. (If that
             # insert fails, nothing is committed and Kafka redelivers the batch next time.)
-            if not self._needs_repair:
-                batch = self._flush(client, consumer, batch)
+            if self._settle(consumer, wait=True, taken=batch) and not self._needs_repair:
+                batch = self._flush(writer, client, consumer, batch, wait=True)
             self._commit(consumer)
             self._drain_commits(consumer, _CLOSE_WAIT_SECONDS)
         finally:
             self.status.running = False
+            writer.shutdown(wait=True)
             try:
                 consumer.close()
             finally:
@@ -250,32 +263,57 @@ class KafkaIngest:
 
     # -- one batch -------------------------------------------------------------------------
 
-    def _flush(self, client: Client, consumer: Consumer, batch: _Batch) -> _Batch:
-        """Write the batch, then commit its offsets. Returns the batch still to write."""
-        if not len(batch):
-            return batch
-        try:
-            write_batch(
-                client,
-                self.config.database,
-                uuid.uuid4(),
-                {
-                    "raw_message": batch.raw,
-                    "_topic": batch.topics,
-                    "_partition": batch.partitions,
-                    "_offset": batch.offsets,
-                    "_timestamp": batch.timestamps,
-                    "_source": [SOURCE] * len(batch),
-                },
-                self.board,
+    def _flush(
+        self,
+        writer: ThreadPoolExecutor,
+        client: Client,
+        consumer: Consumer,
+        batch: _Batch,
+        *,
+        wait: bool = False,
+    ) -> _Batch:
+        """Hand the batch to the writer thread once the one before it is written (with
+        `wait`, wait for this one too). Returns the batch to gather next."""
+        if not self._settle(consumer, wait=True, taken=batch):
+            return _Batch()  # the batch before failed: this one was rewound with it
+        if len(batch):
+            columns = {
+                "raw_message": batch.raw,
+                "_topic": batch.topics,
+                "_partition": batch.partitions,
+                "_offset": batch.offsets,
+                "_timestamp": batch.timestamps,
+                "_source": [SOURCE] * len(batch),
+            }
+            future = writer.submit(
+                write_batch, client, self.config.database, uuid.uuid4(), columns, self.board
             )
+            self._writing = (batch, future)
+        if wait:
+            self._settle(consumer, wait=True, taken=_Batch())
+        return _Batch()
+
+    def _settle(self, consumer: Consumer, *, wait: bool, taken: _Batch) -> bool:
+        """Account for the batch the writer thread inserted, once it is done (with `wait`,
+        wait for it): count it and commit its offsets. When its insert failed, rewind to its
+        first offsets and those of `taken` (gathered since: the caller drops it) and ask for a
+        repair; returns False then."""
+        if self._writing is None:
+            return True
+        batch, future = self._writing
+        if not wait and not future.done():
+            return True
+        self._writing = None
+        try:
+            future.result()
         except Exception as error:  # the engine refused: rewind, repair, take them again
             self.status.failed_batches += 1
             self._record_error(f"insert of {len(batch)} messages failed: {error}")
-            self._rewind(consumer, batch)
+            self._rewind(consumer, taken)
+            self._rewind(consumer, batch)  # the earlier offsets where both hold a partition
             self._needs_repair = True
             self._stop.wait(self._backoff)
-            return _Batch()
+            return False
         self.status.messages += len(batch)
         self.status.batches += 1
         self.status.last_batch_at = time.time()
@@ -285,7 +323,7 @@ class KafkaIngest:
             self._uncommitted[key] = max(self._uncommitted.get(key, -1), offset)
             self._applied[key] = max(self._applied.get(key, 0), offset)
         self._commit(consumer)
-        return _Batch()
+        return True
 
     def _repair(self, client: Client) -> bool:
         """Finish any batch a crash or failed insert cut off; learn the applied offsets."""

@@ -142,7 +142,9 @@ def write_batch(
 ) -> None:
     """Store one batch (column name -> values; _batch_id is added), apply it, record it done."""
     _store(client, database, batch_id, columns, board)
-    _apply(client, database, batch_id, board)
+    rows, config = len(columns["raw_message"]), opened_with(client)
+    parts = rows // config.ingest_lane_rows if config else 1
+    _apply(client, database, batch_id, board, parts=max(1, parts))
     _record_done(client, database, batch_id, repaired=False, board=board)
 
 
@@ -182,9 +184,11 @@ def _store(
     )
 
 
-def _apply(client: Client, database: str, batch_id: uuid.UUID, board: Board) -> None:
+def _apply(
+    client: Client, database: str, batch_id: uuid.UUID, board: Board, parts: int | None = None
+) -> None:
     """Run the chain behind the incoming table on a stored batch, in as many parts side by side
-    as the client has lanes (`toplist.engine.lanes`, TOPLIST_INGEST_LANES).
+    as the client has lanes (`toplist.engine.lanes`, TOPLIST_INGEST_LANES), `parts` at most.
 
     A part is the batch's messages whose key (the board's, as the parse view reads it: every
     copy of one event_id has the same) hashes to it, so no event_id is in two parts and the
@@ -197,13 +201,17 @@ def _apply(client: Client, database: str, batch_id: uuid.UUID, board: Board) -> 
     is then not done, and its repair undoes every part).
     """
     names = ", ".join(INCOMING_COLUMNS)
-    clients = lanes(client)
+    clients = lanes(client)[:parts]
+    split = (
+        "AND cityHash64(JSONExtractString(raw_message, {key:String})) % {parts:UInt32}"
+        " = {part:UInt32}"
+        if len(clients) > 1
+        else ""
+    )
     statement = f"""
         INSERT INTO {database}.{board.incoming} ({names})
         SELECT {names} FROM {database}.{board.log}
-        WHERE _batch_id = {{batch_id:UUID}}
-            AND cityHash64(JSONExtractString(raw_message, {{key:String}})) % {{parts:UInt32}}
-                = {{part:UInt32}}
+        WHERE _batch_id = {{batch_id:UUID}} {split}
         SETTINGS max_threads = 1, short_circuit_function_evaluation = 'disable'
         """
 

@@ -25,6 +25,11 @@ os.environ["TOPLIST_CLICKHOUSE_URL"] = os.environ.get(
     "TOPLIST_TEST_CLICKHOUSE_URL", SERVER_URL or f"chdb://{_ENGINE_DIR}"
 )
 
+# Every batch a test writes is applied in two parts side by side, however small, so every
+# guarantee below is held with the lanes a production batch is applied in.
+os.environ.setdefault("TOPLIST_INGEST_LANES", "2")
+os.environ.setdefault("TOPLIST_INGEST_LANE_ROWS", "1")
+
 from clickhouse_connect.driver.client import Client  # noqa: E402
 
 from toplist.config import Config  # noqa: E402
