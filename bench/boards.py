@@ -100,12 +100,10 @@ def fingerprint(inner: str) -> str:
     )
 
 
-def load_boards(client, config, events: int, now: datetime) -> dict[str, float]:
+def board_events(events: int, now: datetime) -> dict:
+    """By board, what makes about `events` demo events of it (ingest/board_events.py)."""
     from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
-    from ingest.load import load_lines
-    from toplist.boards import BOARDS
 
-    seconds = {}
     made = {
         # about 4 reports per user (1-4 playbacks each, and their STOPs and restarts)
         "listeners": lambda: PlaybackGenerator(seed=1, users=events // 4, songs=2_000).history(
@@ -118,7 +116,15 @@ def load_boards(client, config, events: int, now: datetime) -> dict[str, float]:
             seed=1, restaurants=500, items_each=20, users=events // 10
         ).events(int(events / 1.24), now - timedelta(days=1, hours=2), now),
     }
-    for board, make in made.items():
+    return made
+
+
+def load_boards(client, config, events: int, now: datetime) -> dict[str, float]:
+    from ingest.load import load_lines
+    from toplist.boards import BOARDS
+
+    seconds = {}
+    for board, make in board_events(events, now).items():
         generated = make()
         started = time.perf_counter()
         load_lines(

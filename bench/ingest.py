@@ -13,6 +13,8 @@ directory (so each figure has its own peak memory):
   jsoneachrow    the engine's own floor: the same lines read from a file as JSONEachRow into
                  one plain MergeTree table of the listen fields (no validation, no dedup, no
                  aggregates; bad lines skipped), the figure the chain is held against
+  load:<board>   `toplist load`'s code path on as many demo events of each other board
+                 (listeners, sale, popular: ingest/board_events.py, with their repeats)
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from bench.common import (
     table,
 )
 
-MODES = ("kafka", "load", "insert-select", "jsoneachrow")
+BOARD_MODES = ("load:listeners", "load:sale", "load:popular")
+MODES = ("kafka", "load", "insert-select", "jsoneachrow", *BOARD_MODES)
 PLAIN_SHAPE = (
     "event_id String, song_id String, user_id String, country String,"
     " event_time DateTime64(3, 'UTC')"
@@ -59,7 +62,7 @@ def _counts(client, db: str) -> dict[str, int]:
 def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
     """One measurement in this process; returns what the parent prints."""
     from ingest.load import _apply, load_lines, read_lines
-    from toplist.boards import CHARTS
+    from toplist.boards import BOARDS, CHARTS
     from toplist.engine import connect
     from toplist.migrate import migrate
 
@@ -69,6 +72,17 @@ def child(mode: str, lines_file: Path, brokers: str, topic: str) -> dict:
     db = config.database
     with lines_file.open("rb") as stream:
         messages = sum(1 for _ in stream)
+    if mode in BOARD_MODES:  # another board's events, read as `toplist load` reads a file
+        board = BOARDS[mode.removeprefix("load:")]
+        started = time.perf_counter()
+        with lines_file.open("rb") as stream:
+            load_lines(
+                client, db, read_lines(stream), batch_rows=config.load_batch_rows, board=board
+            )
+        seconds = time.perf_counter() - started
+        raw_rows = int(client.command(f"SELECT count() FROM {db}.{board.raw}"))
+        client.close()
+        return {"mode": mode, "seconds": seconds, "messages": messages, "raw_rows": raw_rows}
     if mode == "jsoneachrow":
         client.command(
             f"""
@@ -145,6 +159,7 @@ def produce(brokers: str, topic: str, partitions: int, lines: list[bytes]) -> fl
 
 
 def run(events: int, partitions: int, runs: int, brokers: str) -> dict:
+    from bench.boards import board_events
     from ingest.generator import ListenGenerator
 
     work = scratch("ingest")
@@ -160,6 +175,12 @@ def run(events: int, partitions: int, runs: int, brokers: str) -> dict:
         f"ingest: produced {len(lines):,} messages to {topic} ({partitions} partitions,"
         f" {rate:,.0f}/s)"
     )
+    files, makers = {}, board_events(events, now)
+    for mode in BOARD_MODES:
+        board = mode.removeprefix("load:")
+        say(f"ingest: making {events:,} {board} events ...")
+        files[mode] = work / f"{board}.jsonl"
+        files[mode].write_text("\n".join(makers[board]().lines) + "\n")
     samples: dict[str, list[dict]] = {mode: [] for mode in MODES}
     for n in range(runs):
         for mode in MODES:
@@ -168,7 +189,7 @@ def run(events: int, partitions: int, runs: int, brokers: str) -> dict:
                 "--child",
                 mode,
                 "--lines",
-                str(lines_file),
+                str(files.get(mode, lines_file)),
                 "--brokers",
                 brokers,
                 "--topic",
@@ -191,7 +212,7 @@ def run(events: int, partitions: int, runs: int, brokers: str) -> dict:
         for mode in MODES
     }
     floor = summary["jsoneachrow"]["events_per_second"]
-    for mode in MODES:
+    for mode in MODES:  # the other boards' lines are others: held against the listens' floor
         summary[mode]["ratio_to_jsoneachrow"] = summary[mode]["events_per_second"] / floor
     same = len({summary[mode]["raw_rows"] for mode in CHAIN_MODES}) == 1
     return {
