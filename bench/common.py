@@ -71,8 +71,10 @@ def scratch(prefix: str) -> Path:
 
 
 def run_child(module: str, *args: str) -> tuple[dict, int]:
-    """Run `python -m module args` alone; return the JSON it printed last and its peak RSS
-    in bytes (os.wait4 gives each child's own maximum, not the largest child's so far)."""
+    """Run `python -m module args` alone; return the JSON it printed last and its peak RSS in
+    bytes: the `peak_rss_bytes` it reported (`own_peak_rss`), else what os.wait4 says, which
+    counts the parent's resident memory at the fork too (the kernel keeps the high-water mark
+    across exec), so it overstates a child started by a parent that holds much."""
     process = subprocess.Popen(
         [sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True
     )
@@ -81,7 +83,16 @@ def run_child(module: str, *args: str) -> tuple[dict, int]:
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise RuntimeError(f"{module} {' '.join(args)} failed with exit code {process.returncode}")
-    return json.loads(out.strip().splitlines()[-1]), usage.ru_maxrss * 1024
+    result = json.loads(out.strip().splitlines()[-1])
+    return result, result.pop("peak_rss_bytes", usage.ru_maxrss * 1024)
+
+
+def own_peak_rss() -> int:
+    """This process's peak resident memory in bytes since it started its program (VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def table(title: str, header: list[str], rows: list[list[object]]) -> str:

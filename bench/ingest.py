@@ -33,6 +33,7 @@ from bench.common import (
     bench_config,
     create_topics,
     median,
+    own_peak_rss,
     run_child,
     say,
     scratch,
@@ -251,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.lines, args.brokers, args.topic)))
+        result = child(args.child, args.lines, args.brokers, args.topic)
+        print(json.dumps({**result, "peak_rss_bytes": own_peak_rss()}))
         return 0
     from bench.common import with_broker
 
