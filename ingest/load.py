@@ -230,9 +230,9 @@ def _apply(
         apply_part(0)
         return
     with ThreadPoolExecutor(len(clients), thread_name_prefix="toplist-lane") as pool:
-        parts = [pool.submit(apply_part, part) for part in range(len(clients))]
-    for part in parts:
-        part.result()
+        futures = [pool.submit(apply_part, part) for part in range(len(clients))]
+    for future in futures:
+        future.result()
 
 
 def _record_done(

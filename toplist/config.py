@@ -57,6 +57,13 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
     return value
 
 
+def chdb_path(url: str) -> Path:
+    """The data directory of a `chdb:///dir` URL."""
+    if not url.startswith("chdb://"):
+        raise ValueError(f"not a chdb URL: {url!r}")
+    return Path(url.removeprefix("chdb://"))
+
+
 def _names(env: dict[str, str], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -234,7 +241,7 @@ class Config:
         if self.snapshot_dir is not None:
             return self.snapshot_dir / self.database
         if self.embedded:
-            data = Path(self.clickhouse_url.removeprefix("chdb://"))
+            data = chdb_path(self.clickhouse_url)
             return data.with_name(data.name + "-snapshots") / self.database
         return None
 

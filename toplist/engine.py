@@ -20,7 +20,7 @@ from pathlib import Path
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
-from toplist.config import Config
+from toplist.config import Config, chdb_path
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +32,6 @@ _OPENING = threading.Lock()
 _OPENED_WITH: weakref.WeakKeyDictionary[Client, Config] = weakref.WeakKeyDictionary()
 _LANES: weakref.WeakKeyDictionary[Client, list[Client]] = weakref.WeakKeyDictionary()
 _LANES_LOCK = threading.Lock()
-
-
-def chdb_path(url: str) -> Path:
-    """The data directory of a `chdb:///dir` URL."""
-    if not url.startswith("chdb://"):
-        raise ValueError(f"not a chdb URL: {url!r}")
-    return Path(url.removeprefix("chdb://"))
 
 
 class EngineInUse(RuntimeError):
