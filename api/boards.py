@@ -76,7 +76,7 @@ def listeners():  # type: ignore[no-untyped-def]
             **snapshot_header(snapshot, None, stale),
             **_int_stats(snapshot, "users"),
             "items": [
-                {"rank": e.rank, "song_id": e.item_id, "listeners": e.score}
+                {"rank": e.rank, "song_id": e.item_id, "listeners": e.score, **e.movement()}
                 for e in board.page(k, offset)
             ],
         }
@@ -95,6 +95,7 @@ def _sale_row(scope: str, entry: Entry) -> dict[str, object]:
     _, id_field, score_field, extra = _SALE[scope]
     row: dict[str, object] = {"rank": entry.rank, id_field: entry.item_id, score_field: entry.score}
     row.update({name: int(entry.extra.get(name, 0)) for name in extra})
+    row.update(entry.movement())
     return row
 
 
@@ -228,6 +229,7 @@ def topk():  # type: ignore[no-untyped-def]
                     "name": name,
                     "price_cents": price,
                     metric: entry.score,
+                    **entry.movement(),
                 }
             )
         return {

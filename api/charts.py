@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from api.errors import ApiError
-from api.snapshots import Answer, Board, SnapshotStore
+from api.snapshots import Answer, Board, Entry, SnapshotStore
 from api.state import toplist
 from toplist.boards import CHARTS
 from toplist.config import POLICIES, WINDOWS, Config
@@ -178,13 +178,19 @@ def chart(scope: str):  # type: ignore[no-untyped-def]
             "window": window,
             "k": k,
             **snapshot_header(snapshot, policy, stale),
-            "items": [
-                {"rank": e.rank, "song_id": e.item_id, "listens": e.score}
-                for e in board.page(k, offset)
-            ],
+            "items": [_song(e) for e in board.page(k, offset)],
         }
 
     return from_snapshot(snapshot, ("chart", policy, window, scope, k, offset), body)
+
+
+def _song(entry: Entry) -> dict[str, object]:
+    return {
+        "rank": entry.rank,
+        "song_id": entry.item_id,
+        "listens": entry.score,
+        **entry.movement(),
+    }
 
 
 def _not_ranked(snapshot: Snapshot, song_id: str, scope: str, window: str) -> ApiError:
@@ -216,7 +222,7 @@ def song_around(scope: str, song_id: str):  # type: ignore[no-untyped-def]
             **snapshot_header(snapshot, policy, stale),
             "song_id": song_id,
             "rank": centre.rank,
-            "items": [{"rank": e.rank, "song_id": e.item_id, "listens": e.score} for e in around],
+            "items": [_song(e) for e in around],
         },
     )
 
@@ -236,9 +242,7 @@ def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
             "scope": scope,
             "window": window,
             **snapshot_header(snapshot, policy, stale),
-            "song_id": entry.item_id,
-            "rank": entry.rank,
-            "listens": entry.score,
+            **_song(entry),
         },
     )
 

@@ -42,6 +42,19 @@ class Entry:
     score: int
     extra: dict[str, float]
 
+    def movement(self) -> dict[str, object]:
+        """How it moved since the board's previous publication (publish/movement.py): `move`
+        (places up: 3, -2, 0; "new"; "re-entry"), its `peak_rank` and its `streak` of
+        publications in a row. None each for an entry published before movement existed."""
+        extra = self.extra
+        if "streak" not in extra:
+            return {"move": None, "peak_rank": None, "streak": None}
+        if "previous_rank" in extra:
+            move: object = int(extra["previous_rank"]) - self.rank
+        else:
+            move = "re-entry" if extra.get("returning") else "new"
+        return {"move": move, "peak_rank": int(extra["peak_rank"]), "streak": int(extra["streak"])}
+
 
 @dataclass
 class Board:

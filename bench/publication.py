@@ -8,7 +8,7 @@ they spread over the 30 days before as_of, across 20 countries, with Zipf-like s
 popularity. Sizes are cumulative: one engine grows from the smallest size to the largest.
 
 publish   publish.publisher.publish: the dbt models over the aggregates (every country and
-          global x 4 windows, top 1000 kept, policy v1) into board_entries and the registry
+          global x 5 windows, top 1000 kept, policy v1) into board_entries and the registry
 naive     one query over the raw events: FINAL (dedup by event_id), minus voids and events
           beyond the horizon, GROUP BY scope (country and global) and song with one count per
           window, ORDER BY listens DESC, song_id, LIMIT 1000 BY window and scope
@@ -89,7 +89,7 @@ def generate(client, db: str, first: int, last: int, as_of: datetime, songs: int
 
 
 def naive_sql(db: str, keep_top: int) -> str:
-    windows = {"1h": 3600, "24h": 86400, "7d": 604800}
+    windows = {"1h": 3600, "24h": 86400, "7d": 604800, "30d": 2592000}
     counts = ",\n".join(
         f"countIf(event_time >= as_of - toIntervalSecond({s})) AS n_{n}" for n, s in windows.items()
     )
@@ -190,7 +190,7 @@ def run(sizes: list[int], sweep_at: int, runs: int) -> dict:
     return {
         "runs": runs,
         "keep_top": 1000,
-        "windows": 4,
+        "windows": 5,
         "scopes": len(COUNTRIES) + 1,
         "results": rows,
     }

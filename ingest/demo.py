@@ -23,12 +23,12 @@ log = logging.getLogger(__name__)
 
 
 def load_history(client: Client, config: Config, listens: int, say=print) -> None:
-    """Listens over the last 8 days, the marketplace catalog (with unavailable and deleted
+    """Listens over the last 40 days, the marketplace catalog (with unavailable and deleted
     items), a day of item events and an hour of flash-sale orders."""
     now = datetime.now(UTC)
     seed = int(now.timestamp())
-    history = ListenGenerator(seed=seed).batch(listens, now - timedelta(days=8), now, malformed=10)
-    say(f"loading {len(history.lines):,} demo lines spread over the last 8 days ...")
+    history = ListenGenerator(seed=seed).batch(listens, now - timedelta(days=40), now, malformed=10)
+    say(f"loading {len(history.lines):,} demo lines spread over the last 40 days ...")
     result = load_lines(client, config.database, history.lines)
     say(
         f"  accepted {result.accepted:,} · duplicates {result.duplicates:,}"

@@ -2,7 +2,7 @@
 
 {% macro chart_windows() %}
   {#- Window name -> length in seconds; none means every event before as_of. -#}
-  {{ return({'1h': 3600, '24h': 86400, '7d': 604800, 'all': none}) }}
+  {{ return({'1h': 3600, '24h': 86400, '7d': 604800, '30d': 2592000, 'all': none}) }}
 {% endmacro %}
 
 {% macro align_as_of(value) -%}
@@ -26,15 +26,15 @@
   {{ return(chart_windows().values() | reject('none') | max) }}
 {% endmacro %}
 
-{% macro window_share(window_name, piece, time_column, as_of_column) -%}
-  {#- How a row counts towards the window: 1, 0 or -1. `piece` says what the row is: 'bucket'
-      (a 10-minute bucket starting at time_column) or 'total' (a song's all-time total).
-      Bounded windows sum their buckets (in_window). `all` is the all-time total less the
-      buckets at or after as_of, so it never reads the buckets before as_of. -#}
+{% macro window_share(window_name, is_total, time_column, as_of) -%}
+  {#- How a row counts towards the window: 1, 0 or -1. `is_total` is true for a song's
+      all-time total, false for a 10-minute bucket starting at time_column. Bounded windows
+      sum their buckets (in_window). `all` is the all-time total less the buckets at or after
+      as_of, so it never reads the buckets before as_of. -#}
   {%- if chart_windows()[window_name] is none -%}
-  multiIf({{ piece }} = 'total', 1, {{ time_column }} >= {{ as_of_column }}, -1, 0)
+  multiIf({{ is_total }}, 1, {{ time_column }} >= {{ as_of }}, -1, 0)
   {%- else -%}
-  toInt64({{ piece }} = 'bucket' and {{ in_window(time_column, window_name, as_of_column) }})
+  toInt64(not {{ is_total }} and {{ in_window(time_column, window_name, as_of) }})
   {%- endif -%}
 {%- endmacro %}
 

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from publish import dbt, plan
+from publish import dbt, movement, plan
 from publish.lease import publication_lease
 from toplist.boards import BOARDS, CHARTS, Board
 from toplist.boards import board as find_board
@@ -184,16 +184,7 @@ def _publish(
     aligned = utc(aligned)
     snapshot_id = f"{board.name}-{aligned:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
     try:
-        client.command(
-            f"""
-            INSERT INTO {db}.{ENTRIES}
-                (board, snapshot_id, policy, scope, metric, window_name, rank, item_id, score,
-                 extra)
-            SELECT {{board:String}}, {{snapshot_id:String}}, {board.entry_columns}
-            FROM {db}.{board.rankings}
-            """,
-            parameters={"board": board.name, "snapshot_id": snapshot_id},
-        )
+        movement.insert_entries(client, db, board, snapshot_id, aligned)
         expected = int(client.command(f"SELECT count() FROM {db}.{board.rankings}"))
         written = int(
             client.command(

@@ -12,6 +12,7 @@ WINDOW_LENGTHS = {
     "1h": timedelta(hours=1),
     "24h": timedelta(days=1),
     "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
     "all": None,
 }
 
@@ -124,3 +125,60 @@ def totals_mismatch(client, database: str):
         ORDER BY ALL LIMIT 5
         """
     ).result_rows
+
+
+Ranks = dict[tuple, dict[str, int]]  # (policy, scope, metric, window) -> {item: rank}
+
+
+def movement(history: list[tuple[datetime, Ranks]]) -> dict[tuple, dict[str, tuple]]:
+    """What the API should say of each entry of the last publication in `history` (every
+    publication of a board, in the order published, with its as_of and ranks): {key: {item:
+    (move, peak_rank, streak)}}, by the rule as the issue states it. The publications that
+    count are the last published of each as_of before the last one's; "previous" is the
+    newest of them; move is places up, "new" or "re-entry"; the peak is the best rank over
+    the publications that count and this one; the streak counts them in a row, newest first,
+    with this one."""
+    as_of, ranks = history[-1]
+    counted: dict[datetime, Ranks] = {}
+    for moment, published in history[:-1]:
+        if moment < as_of:
+            counted[moment] = published  # a later publication at one as_of replaces it
+    earlier = [counted[moment] for moment in sorted(counted, reverse=True)]
+    result: dict[tuple, dict[str, tuple]] = {}
+    for key, board in ranks.items():
+        result[key] = {}
+        for item, rank in board.items():
+            seen = [p.get(key, {}).get(item) for p in earlier]
+            if seen and seen[0] is not None:
+                move: object = seen[0] - rank
+            else:
+                move = "re-entry" if any(r is not None for r in seen) else "new"
+            streak = 1
+            for r in seen:
+                if r is None:
+                    break
+                streak += 1
+            peak = min([rank, *(r for r in seen if r is not None)])
+            result[key][item] = (move, peak, streak)
+    return result
+
+
+def published_ranks(client, database: str, board: str, snapshot_id: str) -> tuple[Ranks, dict]:
+    """A snapshot's ranks by (policy, scope, metric, window), and the movement stored with
+    each entry, as the API reads it: {key: {item: (move, peak_rank, streak)}}."""
+    from api.snapshots import Entry
+
+    rows = client.query(
+        f"SELECT policy, scope, metric, window_name, item_id, rank, extra"
+        f" FROM {database}.board_entries"
+        " WHERE board = {board:String} AND snapshot_id = {id:String}",
+        parameters={"board": board, "id": snapshot_id},
+    ).result_rows
+    ranks: Ranks = defaultdict(dict)
+    stored: dict[tuple, dict[str, tuple]] = defaultdict(dict)
+    for policy, scope, metric, window, item, rank, extra in rows:
+        key = (policy, scope, metric, window)
+        ranks[key][item] = int(rank)
+        moved = Entry(int(rank), item, 0, dict(extra)).movement()
+        stored[key][item] = (moved["move"], moved["peak_rank"], moved["streak"])
+    return dict(ranks), dict(stored)

@@ -95,10 +95,11 @@ def test_chart_serves_the_snapshot_in_the_documented_shape(api, published):
     assert body["as_of"] == "2026-12-01T12:00:00Z"
     assert body["snapshot_id"] == published.snapshot_id
     assert body["policy"] == "v1" and body["stale"] is False
+    first = {"move": "new", "streak": 1}  # the first publication: every entry is new
     assert body["items"] == [
-        {"rank": 1, "song_id": "song-00", "listens": 15},
-        {"rank": 2, "song_id": "song-01", "listens": 14},
-        {"rank": 3, "song_id": "song-02", "listens": 13},
+        {"rank": 1, "song_id": "song-00", "listens": 15, **first, "peak_rank": 1},
+        {"rank": 2, "song_id": "song-01", "listens": 14, **first, "peak_rank": 2},
+        {"rank": 3, "song_id": "song-02", "listens": 13, **first, "peak_rank": 3},
     ]
     default = api.get("/v1/charts/global").get_json()
     assert default["window"] == "24h" and default["k"] == 10 and len(default["items"]) == 10
@@ -177,7 +178,14 @@ def test_failed_publication_midway_keeps_the_previous_snapshot(api, client, conf
     fresh = publish(client, config, AS_OF + timedelta(minutes=10))
     body = api.get("/v1/charts/SE").get_json()
     assert body["snapshot_id"] == fresh.snapshot_id
-    assert body["items"][0] == {"rank": 1, "song_id": "song-new", "listens": 100}
+    assert body["items"][0] == {
+        "rank": 1,
+        "song_id": "song-new",
+        "listens": 100,
+        "move": "new",
+        "peak_rank": 1,
+        "streak": 1,
+    }
 
 
 def test_scheduler_job_survives_a_failure_and_reports_it(app, client, config, published):
@@ -249,10 +257,13 @@ def test_corrections_endpoint_voids_and_publishes_a_corrected_board(client, conf
         assert result["snapshot"]["snapshot_id"] != published.snapshot_id
         # Published at now, so the 24h window no longer holds the AS_OF listens; `all` does.
         items = api.get("/v1/charts/SE?window=all&k=3").get_json()["items"]
-        assert items[0] == {"rank": 1, "song_id": "song-01", "listens": 14}
-        assert {"rank": 10, "song_id": "song-00", "listens": 5} in api.get(
-            "/v1/charts/SE?window=all&k=15"
-        ).get_json()["items"], "the voided listens still count"
+        # against the publication at AS_OF: song-01 one place up, song-00 from 1 to 10
+        moved = {"streak": 2, "peak_rank": 1}
+        assert items[0] == {"rank": 1, "song_id": "song-01", "listens": 14, "move": 1, **moved}
+        fallen = {"rank": 10, "song_id": "song-00", "listens": 5, "move": -9, **moved}
+        assert fallen in api.get("/v1/charts/SE?window=all&k=15").get_json()["items"], (
+            "the voided listens still count"
+        )
         again = api.post("/internal/corrections", json=body, headers=headers).get_json()
         assert (again["voided"], again["already_voided"]) == (0, 10), "voiding twice changed it"
         repeated = {**body, "event_ids": body["event_ids"] + body["event_ids"][:3]}

@@ -31,7 +31,7 @@ from reference import boards
 from toplist.snapshots import iso
 
 SPEC = yaml.safe_load((Path(__file__).resolve().parent.parent / "api" / "openapi.yaml").read_text())
-WINDOWS = ("1h", "24h", "7d", "all")
+WINDOWS = ("1h", "24h", "7d", "30d", "all")
 
 # field (as `fields_of_the_answers` names it) -> "module::test" that holds it to its description
 RESTART = "test_kafka_broker::test_a_broker_restart_mid_stream_loses_nothing_and_ingestion_resumes"
@@ -47,6 +47,18 @@ HELD: dict[str, str] = {
     "test_scheduler_job_survives_a_failure_and_reports_it",
     "VoidResult.publish_error": "test_registry::"
     "test_a_correction_asks_the_publisher_and_says_when_none_answers",
+    # Held across publications (tests/test_movement.py), against tests/reference.py movement.
+    **{
+        f"{item}.{name}": "test_movement::"
+        "test_moves_peaks_and_streaks_across_publications_with_a_correction_between"
+        for item in ("ChartItem", "SongRank")
+        for name in ("move", "peak_rank", "streak")
+    },
+    **{
+        f"{item}.{name}": "test_movement::test_every_board_says_how_its_entries_moved"
+        for item in ("Listeners.items", "SaleEntry", "Shelf.items")
+        for name in ("move", "peak_rank", "streak")
+    },
     "Error.error": "test_openapi::test_internal_endpoint_needs_the_token",
     "Error.error.code": "test_openapi::test_internal_endpoint_needs_the_token",
 }
@@ -110,6 +122,14 @@ def test_every_field_is_described_and_held():
 
 
 # -- what was loaded, and what each board must show -----------------------------------------
+
+
+MOVEMENT = ("move", "peak_rank", "streak")  # held in tests/test_movement.py
+
+
+def plain(items: list[dict]) -> list[dict]:
+    """The rows without their movement fields, to hold to the references' rankings."""
+    return [{k: v for k, v in item.items() if k not in MOVEMENT} for item in items]
 
 
 def get(served, path: str) -> dict:
@@ -196,7 +216,7 @@ def test_a_chart_is_the_top_k_of_its_scope_and_window(served):
                     {"rank": n, "song_id": song, "listens": listens}
                     for n, (song, listens) in enumerate(ranked[:k], start=1)
                 ]
-                assert body["items"] == expected, (scope, window, k)
+                assert plain(body["items"]) == expected, (scope, window, k)
     default = get(served, "/v1/charts/global")
     assert (default["window"], default["k"]) == ("24h", served.config.default_k)
 
@@ -238,7 +258,11 @@ def test_around_me_is_the_song_and_its_neighbours_on_its_chart(served):
                 body = get(served, f"/v1/charts/{scope}/songs/{song}/around?window={window}&n={n}")
                 assert (body["scope"], body["window"], body["n"]) == (scope, window, n)
                 assert (body["song_id"], body["rank"]) == (row["song_id"], row["rank"])
-                assert body["items"] == rows[max(0, at - n) : at + n + 1], (scope, window, at)
+                assert plain(body["items"]) == rows[max(0, at - n) : at + n + 1], (
+                    scope,
+                    window,
+                    at,
+                )
     assert get(served, "/v1/charts/SE/songs/se-day-anthem/around")["n"] == 5
     unranked = requests.get(served.url + "/v1/charts/SE/songs/nobody/around", timeout=30)
     assert unranked.status_code == 404
@@ -286,7 +310,7 @@ def pages(served, path: str, k: int, rows: str = "items") -> list[dict]:
         assert body["k"] == k, path
         if not body[rows]:
             return found
-        found += body[rows]
+        found += plain(body[rows])
         offset += k
 
 
@@ -299,13 +323,13 @@ def test_pages_hold_every_row_once_in_rank_order(served):
         for k in (1, 2):
             assert pages(served, f"/v1/charts/{scope}?window={window}", k) == expected
     ties = "/v1/charts/global?window=all&policy=v1-ties"
-    assert pages(served, ties, 1) == get(served, ties + "&k=1000")["items"]
+    assert pages(served, ties, 1) == plain(get(served, ties + "&k=1000")["items"])
     for path in ("/v1/listeners?", "/v1/sale/products?", "/v1/sale/buyers?"):
-        assert pages(served, path, 3) == get(served, path + "k=1000")["items"], path
+        assert pages(served, path, 3) == plain(get(served, path + "k=1000")["items"]), path
     for scope, metric, window in (("global", "views", "1d"), ("city:sf", "orders", "1d")):
         shelf = f"/v1/topk?scope={scope}&metric={metric}&window={window}"
         whole = get(served, shelf + "&k=100")
-        assert pages(served, shelf, 2) == whole["items"] and len(whole["items"]) > 4
+        assert pages(served, shelf, 2) == plain(whole["items"]) and len(whole["items"]) > 4
         count = len(whole["items"])
         last = get(served, shelf + f"&k=2&offset={count - 2}")
         full = get(served, shelf + f"&k={count}")  # the same last item, from the top
@@ -352,7 +376,7 @@ def test_live_listeners_are_the_users_whose_playback_is_each_song(served):
             {"rank": n, "song_id": song, "listeners": count}
             for n, (song, count) in enumerate(ranked[:k], start=1)
         ]
-        assert body["items"] == expected, k
+        assert plain(body["items"]) == expected, k
     everyone = get(served, "/v1/listeners?k=1000")
     assert body["users"] == sum(item["listeners"] for item in everyone["items"])
 
@@ -411,7 +435,7 @@ def test_the_sale_boards_hold_exact_sums_of_each_order_once(served):
         body = get(served, f"/v1/sale/{board}?k=5")
         assert (body["board"], body["metric"], body["k"]) == (board, metric, 5)
         rows = [{"rank": n, **row} for n, row in enumerate(expected[board][:5], start=1)]
-        assert body["items"] == rows, board
+        assert plain(body["items"]) == rows, board
         totals = body["totals"]
         assert totals["orders"] == len(orders)
         assert totals["units"] == sum(order["units"] for order in orders)
@@ -462,7 +486,11 @@ def test_a_shelf_is_the_ranked_items_the_catalog_lets_it_show(served):
                 assert (body["scope"], body["metric"], body["window"], body["k"]) == (
                     scope, metric, window, 5,
                 )  # fmt: skip
-                assert (body["items"], body["hidden"]) == (items, hidden), (scope, metric, window)
+                assert (plain(body["items"]), body["hidden"]) == (items, hidden), (
+                    scope,
+                    metric,
+                    window,
+                )
 
 
 @holds(
@@ -537,4 +565,6 @@ def test_a_correction_says_what_it_voided_and_which_snapshot_left_it_out(served)
     assert refused.status_code == 400 and "event_ids" in message, message
     wrong = requests.get(served.url + "/v1/charts/SE?window=2h", timeout=30).json()["error"]
     assert wrong["code"] == "invalid_window", wrong
-    assert all(part in wrong["message"] for part in ("window", "'2h'", "1h", "24h", "7d", "all"))
+    assert all(
+        part in wrong["message"] for part in ("window", "'2h'", "1h", "24h", "7d", "30d", "all")
+    )

@@ -86,6 +86,43 @@ def test_v1_and_v1_ties_match_the_reference_and_v1_never_changes(client, config)
         app.extensions["toplist"].close()
 
 
+def test_each_window_starts_at_as_of_minus_its_length_and_ends_before_as_of(client, config):
+    """On each window's edges, through the API: a listen at exactly as_of - W counts in W, one
+    a millisecond earlier does not; one a millisecond before as_of counts, one at as_of
+    does not (it waits for the next snapshot)."""
+    edges = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+    edges["30d"] = timedelta(days=30)
+    listens = [Listen("at-as-of", "edge", "u", "SE", AS_OF)]
+    listens.append(
+        Listen("just-before-as-of", "edge", "u", "SE", AS_OF - timedelta(milliseconds=1))
+    )
+    for window, length in edges.items():
+        listens.append(Listen(f"first-{window}", "edge", "u", "SE", AS_OF - length))
+        listens.append(
+            Listen(
+                f"outside-{window}", "edge", "u", "SE", AS_OF - length - timedelta(milliseconds=1)
+            )
+        )
+    load_lines(client, config.database, [listen.to_json() for listen in listens])
+    publish(client, config, AS_OF)
+    expected = boards(listens, AS_OF)
+    # 1h holds the listen just before as_of and its own first instant; each longer window
+    # adds the previous window's outside listen and its own first instant.
+    counts = {"1h": 2, "24h": 4, "7d": 6, "30d": 8, "all": 9}
+    app = create_app(config)
+    try:
+        api = app.test_client()
+        for window, count in counts.items():
+            assert expected[(window, "SE")] == [("edge", count)], window
+            for scope in ("SE", "global"):
+                body = api.get(f"/v1/charts/{scope}?window={window}").get_json()
+                assert [(item["song_id"], item["listens"]) for item in body["items"]] == [
+                    ("edge", count)
+                ], (window, scope, body)
+    finally:
+        app.extensions["toplist"].close()
+
+
 def test_late_events_move_the_next_snapshot_in_every_window(client, config):
     generator = ListenGenerator(seed=21, songs=60)
     on_time = generator.batch(3_000, AS_OF - timedelta(days=30), AS_OF)
@@ -116,8 +153,13 @@ def test_late_events_move_the_next_snapshot_in_every_window(client, config):
     after = published_boards(client, config.database, second.snapshot_id)
     assert_boards_equal(after, boards(everything, AS_OF))
     before = published_boards(client, config.database, first.snapshot_id)
-    lengths = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
-    for window in ("1h", "24h", "7d", "all"):
+    lengths = {
+        "1h": timedelta(hours=1),
+        "24h": timedelta(days=1),
+        "7d": timedelta(days=7),
+        "30d": timedelta(days=30),
+    }
+    for window in ("1h", "24h", "7d", "30d", "all"):
         start = AS_OF - lengths.get(window, timedelta(days=365))
         moved = sum(n for _, n in after[(window, "global")]) - sum(
             n for _, n in before[(window, "global")]

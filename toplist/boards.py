@@ -56,7 +56,7 @@ class Board:
     # The Config field after which a snapshot is reported stale; '' for three missed refreshes.
     stale_setting: str = ""
     # Its snapshot's shape: what the rankings model gives for each column of board_entries
-    # (policy, scope, metric, window_name, rank, item_id, score, extra).
+    # (policy, scope, metric, window_name, rank, item_id, score, extra), named so.
     entry_columns: str = "policy, scope, metric, window_name, rank, item_id, score, extra"
     # The table of its voided event ids (corrections), '' where it has none yet.
     voids: str = ""
@@ -109,7 +109,10 @@ CHARTS = Board(
     rankings="chart_rankings",
     summary="int_chart__as_of",
     # A chart entry is a song and its listens, once per policy it was ranked with.
-    entry_columns="policy, scope, 'listens', window_name, rank, song_id, listens, map()",
+    entry_columns=(
+        "policy, scope, 'listens' AS metric, window_name, rank, song_id AS item_id,"
+        " listens AS score, map() AS extra"
+    ),
     voids="listen_voids",
     topic_setting="kafka_topic",
     refresh_setting="publish_interval_seconds",

@@ -13,7 +13,7 @@ from toplist.boards import board as find_board
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = Path.cwd() / ".toplist" / "chdb"
 
-WINDOWS = ("1h", "24h", "7d", "all")
+WINDOWS = ("1h", "24h", "7d", "30d", "all")
 # The marketplace shelves' windows (macros/windows.sql) and metrics.
 POPULAR_WINDOWS = ("1m", "1h", "1d")
 POPULAR_METRICS = ("views", "orders")
