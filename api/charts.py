@@ -1,5 +1,6 @@
-"""GET /v1/charts/<scope>, GET /v1/charts/<scope>/songs/<song_id> (DESIGN.md "Read API") and
-GET /v1/charts/<scope>/songs/<song_id>/around (the song with its neighbours).
+"""GET /v1/charts/<scope>, GET /v1/charts/<scope>/songs/<song_id> (DESIGN.md "Read API"),
+GET /v1/charts/<scope>/songs/<song_id>/around (the song with its neighbours) and
+GET /v1/charts/<scope>/songs/<song_id>/series (its listens over the window, for the page).
 
 Every answer drawn from a snapshot can be cached until the next publication: its ETag is
 the snapshot_id (with "-stale" once the snapshot is stale, so a cached copy never hides the
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -20,7 +21,7 @@ from api.errors import ApiError
 from api.snapshots import Answer, Board, Entry, SnapshotStore
 from api.state import toplist
 from toplist.boards import CHARTS
-from toplist.config import POLICIES, WINDOWS, Config
+from toplist.config import POLICIES, WINDOW_SECONDS, WINDOWS, Config
 from toplist.snapshots import Snapshot, iso
 
 charts = Blueprint("charts", __name__)
@@ -227,14 +228,54 @@ def song_around(scope: str, song_id: str):  # type: ignore[no-untyped-def]
     )
 
 
-@charts.get("/v1/charts/<scope>/songs/<path:song_id>")
-def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
+def _ranked_song(scope: str, song_id: str) -> tuple[str, str, Snapshot, str, Entry]:
+    """The request's scope and window, the current snapshot and policy, and the song's entry
+    on that chart (a 404 when it has none)."""
     scope, window = _scope(scope), _window()
     snapshot = current(CHARTS.name)
     policy = _policy(snapshot)
     entry = _chart(snapshot, policy, window, scope).by_item.get(song_id)
     if entry is None:
         raise _not_ranked(snapshot, song_id, scope, window)
+    return scope, window, snapshot, policy, entry
+
+
+# A series' step per window: 10 minutes across the last hour, hours up to 30 days, days for
+# `all` (back to the song's first listen).
+SERIES_STEP = {"1h": 600, "all": 86400}
+
+
+@charts.get("/v1/charts/<scope>/songs/<path:song_id>/series")
+def song_series(scope: str, song_id: str):  # type: ignore[no-untyped-def]
+    """A ranked song's listens per hour over its window (10 minutes for 1h, days for all),
+    from the buckets at the snapshot's as_of: what the page plots."""
+    scope, window, snapshot, policy, entry = _ranked_song(scope, song_id)
+    step = SERIES_STEP.get(window, 3600)
+    length = WINDOW_SECONDS[window]
+    steps = None if length is None else length // step
+
+    def body(stale: bool) -> dict[str, object]:
+        counts = _store().series(snapshot, scope, song_id, step, steps)
+        first = snapshot.as_of - timedelta(seconds=step * len(counts))
+        return {
+            "scope": scope,
+            "window": window,
+            **snapshot_header(snapshot, policy, stale),
+            "song_id": song_id,
+            "listens": entry.score,
+            "step_seconds": step,
+            "points": [
+                {"start": iso(first + timedelta(seconds=step * at)), "listens": count}
+                for at, count in enumerate(counts)
+            ],
+        }
+
+    return from_snapshot(snapshot, ("series", policy, window, scope, song_id), body)
+
+
+@charts.get("/v1/charts/<scope>/songs/<path:song_id>")
+def song_rank(scope: str, song_id: str):  # type: ignore[no-untyped-def]
+    scope, window, snapshot, policy, entry = _ranked_song(scope, song_id)
     return from_snapshot(
         snapshot,
         ("song", policy, window, scope, song_id),

@@ -248,6 +248,38 @@ class SnapshotStore:
         ).result_rows
         return Board.of(rows)
 
+    def series(
+        self, snapshot: Snapshot, scope: str, song_id: str, step: int, steps: int | None
+    ) -> list[int]:
+        """A song's listens in the scope per `step` seconds, from its 10-minute buckets, in the
+        `steps` steps that end at the snapshot's as_of (None: back to its first listen), oldest
+        first. Each event_id counts once and voided events not at all, as on the charts; the
+        buckets are read as they are now (late listens since the publication included)."""
+        rows = self.client.query(
+            f"""
+            SELECT intDiv(dateDiff('second', bucket_start, {{as_of:DateTime('UTC')}}) - 1,
+                          {{step:UInt32}}) AS back,
+                   sumMerge(listens) AS listens
+            FROM {self._database}.listens_by_10m
+            WHERE bucket_start < {{as_of:DateTime('UTC')}}
+              AND ({{span:UInt64}} = 0
+                   OR bucket_start >= {{as_of:DateTime('UTC')}} - toIntervalSecond({{span:UInt64}}))
+              AND song_id = {{song:String}}
+              AND ({{scope:String}} = 'global' OR country = {{scope:String}})
+            GROUP BY back
+            """,
+            parameters={
+                "as_of": snapshot.as_of,
+                "step": step,
+                "span": step * steps if steps is not None else 0,
+                "song": song_id,
+                "scope": scope,
+            },
+        ).result_rows
+        by_step = {int(back): int(listens) for back, listens in rows}
+        count = steps if steps is not None else max(by_step, default=-1) + 1
+        return [by_step.get(back, 0) for back in reversed(range(count))]
+
     # Whether a shelf drawn from a snapshot is fixed by it (its catalog rows are in it), or
     # depends on the catalog at request time.
     catalog_in_snapshot = False
@@ -337,6 +369,11 @@ class FileSnapshotStore(SnapshotStore):
 
     def scopes(self, snapshot: Snapshot) -> list[str]:
         return self._file(snapshot).scopes
+
+    def series(
+        self, snapshot: Snapshot, scope: str, song_id: str, step: int, steps: int | None
+    ) -> list[int]:
+        raise RuntimeError("a song's series is read from the engine (api/workers.py sends it)")
 
     def shown_items(self, snapshot: Snapshot, item_ids: list[str]) -> dict[str, tuple[str, int]]:
         shown = self._file(snapshot).shown or {}

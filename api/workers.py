@@ -6,8 +6,9 @@ directory): it migrates, consumes, publishes, writes each board's snapshot as a 
 (toplist/snapshots.py) and serves the full app on a private port. Each worker reads the
 snapshot files (in server mode without them, the registry), answers every read itself, and
 hands what needs the engine to the engine process: `/internal/*` (corrections, publication
-requests), and `/healthz` and `/metrics`, which describe the whole service (the workers'
-request counters reach `/metrics` through prometheus_client's multiprocess directory).
+requests), a song's series (read from the buckets), and `/healthz` and `/metrics`, which
+describe the whole service (the workers' request counters reach `/metrics` through
+prometheus_client's multiprocess directory).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ CONFIG_ENV = "TOPLIST_WORKER_CONFIG"  # a pickled Config, written by the engine 
 ENGINE_ENV = "TOPLIST_ENGINE_URL"  # where the engine process serves the full app
 ENGINE_PATHS = ("/healthz", "/metrics")
 ENGINE_PREFIX = "/internal/"
+ENGINE_SUFFIX = "/series"  # a song's series is read from the buckets, not from a snapshot
 # Not passed on: they describe one connection, not the request.
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te"}
 
@@ -52,7 +54,11 @@ class ToEngine:
 
     def __call__(self, environ: dict, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        if not (path.startswith(ENGINE_PREFIX) or path in ENGINE_PATHS):
+        if not (
+            path.startswith(ENGINE_PREFIX)
+            or path in ENGINE_PATHS
+            or (path.startswith("/v1/charts/") and path.endswith(ENGINE_SUFFIX))
+        ):
             return self.app(environ, start_response)
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length > 0 else None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -12,7 +14,7 @@ from ingest.generator import ListenGenerator
 from ingest.load import load_lines
 from publish import dbt
 from publish.publisher import publish
-from toplist.config import PROJECT_ROOT, Config
+from toplist.config import PROJECT_ROOT, WINDOW_SECONDS, Config
 from toplist.migrate import MigrationError, applied, discover, dump_schema, migrate
 
 
@@ -93,3 +95,12 @@ def test_schema_dump_is_up_to_date(client, config):
     assert dump_schema(client, config.database) == committed, (
         "sql/schema.sql is out of date: run `toplist migrate --dump-schema sql/schema.sql`"
     )
+
+
+def test_the_api_knows_the_windows_the_models_rank():
+    """The windows' names and lengths the API reads (toplist/config.py, for ?window= and a
+    song's series) are the ones macros/windows.sql ranks with."""
+    macro = (PROJECT_ROOT / "macros" / "windows.sql").read_text()
+    body = re.search(r"macro chart_windows\(\).*?return\((\{.*?\})\)", macro, re.S)
+    assert body, "chart_windows() no longer returns a dict literal"
+    assert ast.literal_eval(body.group(1).replace("none", "None")) == WINDOW_SECONDS

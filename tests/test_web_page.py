@@ -7,10 +7,16 @@ import os
 import re
 import shutil
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
-from live_api import ARTIFACTS, BIDI_SONG, TOP_SONGS, live_api
+from live_api import ARTIFACTS, AS_OF, BIDI_SONG, TOP_SONGS, live_api
 from playwright.sync_api import expect, sync_playwright
+
+from ingest.generator import Listen
+from ingest.load import load_lines
+from publish.publisher import publish
+from toplist.engine import connect
 
 # Debian's chromium (the Makefile installs it); Playwright drives it, no browser download.
 CHROMIUM = os.environ.get("TOPLIST_CHROMIUM", "/usr/bin/chromium")
@@ -116,3 +122,44 @@ def test_direction_controls_in_an_id_stay_inside_it(served, page):
     boxes = [row.locator(part).bounding_box() for part in (".rank", ".song", ".listens")]
     assert boxes[0]["x"] < boxes[1]["x"] < boxes[2]["x"]
     page.screenshot(path=str(ARTIFACTS / "web-page-direction-controls.png"), full_page=True)
+
+
+def test_the_page_shows_how_songs_moved_and_plots_a_chosen_song(config, page):
+    """A second publication ten minutes later, with a new song on top: it shows as NEW, the
+    song it pushed down as ▼1; a click on a row plots its listens per hour over the window."""
+    with live_api(config) as api:
+        climber = [
+            Listen(f"climb-{n}", "climber", "u", "SE", AS_OF + timedelta(seconds=n))
+            for n in range(500)
+        ]
+        client = connect(api.config)
+        try:
+            load_lines(client, api.config.database, [x.to_json() for x in climber])
+            publish(client, api.config, AS_OF + timedelta(minutes=10))
+        finally:
+            client.close()
+        page.goto(api.url + "/")
+        rows = page.locator("#board li")
+        expect(rows.first).to_have_attribute("data-song", "climber")
+        expect(rows.first.locator(".move")).to_have_text("NEW")
+        expect(rows.nth(1)).to_have_attribute("data-song", TOP_SONGS[("global", "24h")])
+        expect(rows.nth(1).locator(".move")).to_have_text("▼1")
+        assert "peak #1" in (rows.nth(1).locator(".move").get_attribute("title") or "")
+
+        rows.nth(1).click()
+        expect(page.locator("#plot")).to_be_visible()
+        expect(page.locator("#plot .meta")).to_contain_text(TOP_SONGS[("global", "24h")])
+        expect(page.locator("#plot rect")).to_have_count(24)  # an hour a bar over 24h
+        expect(page.locator("#plot .meta")).to_contain_text("Listens per hour")
+        page.select_option("#window", "1h")  # the song has no listens in the last hour
+        expect(page.locator("#plot")).to_be_hidden()
+        page.select_option("#window", "24h")
+        expect(rows.first.locator(".listens")).to_have_text("500")
+        rows.first.click()
+        expect(page.locator("#plot .meta")).to_contain_text("climber")
+        expect(page.locator("#plot rect")).to_have_count(24)
+        heights = page.locator("#plot rect").evaluate_all(
+            "(rects) => rects.map((r) => Number(r.getAttribute('height')))"
+        )
+        assert heights[-1] == 40 and sum(h > 0 for h in heights) == 1, "all 500 in the last hour"
+        page.screenshot(path=str(ARTIFACTS / "web-page-movement-and-plot.png"), full_page=True)

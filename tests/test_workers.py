@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from kafka_support import wait_for
@@ -325,6 +326,13 @@ def test_health_metrics_and_corrections_describe_the_whole_service(service):
 
     status, health, _ = service.get("/healthz")
     assert status == 200 and health["boards"]["charts"]["snapshot_id"].startswith("charts-")
+
+    # A song's series is read from the buckets: a worker passes it to the engine's process.
+    song = service.get("/v1/charts/global?window=all&k=1")[1]["items"][0]["song_id"]
+    status, series, _ = service.get(f"/v1/charts/global/songs/{quote(song)}/series?window=all")
+    assert status == 200, series
+    # (the buckets as they are now: late listens that arrived since the publication count)
+    assert sum(point["listens"] for point in series["points"]) >= series["listens"] > 0
 
     status, refused, _ = service.get("/internal/corrections")
     assert status in (401, 405) and "error" in refused  # the engine's answer, passed on

@@ -13,7 +13,16 @@ from toplist.boards import board as find_board
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = Path.cwd() / ".toplist" / "chdb"
 
-WINDOWS = ("1h", "24h", "7d", "30d", "all")
+# The charts' windows and their lengths in seconds (None: everything before as_of), as
+# macros/windows.sql defines them for the rankings (a test holds the two equal).
+WINDOW_SECONDS: dict[str, int | None] = {
+    "1h": 3600,
+    "24h": 86400,
+    "7d": 604800,
+    "30d": 2592000,
+    "all": None,
+}
+WINDOWS = tuple(WINDOW_SECONDS)
 # The marketplace shelves' windows (macros/windows.sql) and metrics.
 POPULAR_WINDOWS = ("1m", "1h", "1d")
 POPULAR_METRICS = ("views", "orders")
