@@ -1,4 +1,5 @@
-"""POST /internal/corrections: void event ids over HTTP (what `toplist void` does), by token.
+"""POST /internal/corrections: void event ids of a board over HTTP (what `toplist void` does),
+by token.
 
 Internal endpoints answer only to `Authorization: Bearer <TOPLIST_INTERNAL_TOKEN>`; with no
 token configured they refuse every request, so an unconfigured deployment is closed, not open.
@@ -12,7 +13,7 @@ from flask import Blueprint, jsonify, request
 
 from api.errors import ApiError
 from api.state import toplist
-from toplist.boards import CHARTS
+from toplist.boards import BOARDS, CHARTS
 from toplist.corrections import void_events
 from toplist.engine import connect
 from toplist.snapshots import request_publication, wait_for_publication
@@ -50,7 +51,11 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _corrections_request() -> tuple[list[str], str, bool]:
+# The boards whose events can be voided (toplist/boards.py `voids`).
+VOIDABLE = tuple(name for name, spec in BOARDS.items() if spec.voids)
+
+
+def _corrections_request() -> tuple[list[str], str, bool, str]:
     try:
         body = request.get_json(silent=True)
     except RecursionError:  # nested deeper than Python's JSON decoder goes: not a request
@@ -79,24 +84,32 @@ def _corrections_request() -> tuple[list[str], str, bool]:
         )
     if not isinstance(publish, bool):
         raise ApiError(400, "invalid_publish", "publish must be true or false")
-    return ids, reason.strip(), publish  # void_events counts a repeated id once
+    board = body.get("board", CHARTS.name)
+    if board not in VOIDABLE:
+        raise ApiError(
+            400,
+            "invalid_board",
+            f"board must be one of {', '.join(VOIDABLE)} (the boards that count events),"
+            f" got {board!r}",
+        )
+    return ids, reason.strip(), publish, board  # void_events counts a repeated id once
 
 
 @internal.post("/corrections")
 def corrections():  # type: ignore[no-untyped-def]
     """Void events; with "publish": true, ask the publisher for a corrected snapshot and wait
     for it (TOPLIST_PUBLISH_WAIT_SECONDS) before answering. The API never publishes itself."""
-    ids, reason, publish = _corrections_request()
+    ids, reason, publish, board = _corrections_request()
     state = toplist()
     config = state.config
     client = connect(config)
     try:
-        result = void_events(client, config.database, ids, reason)
+        result = void_events(client, config.database, ids, reason, board=board)
         body: dict[str, object] = {**result.as_dict(), "snapshot": None}
         if publish:
-            requested = request_publication(client, config.database, CHARTS.name, "corrections")
+            requested = request_publication(client, config.database, board, "corrections")
             snapshot = wait_for_publication(
-                client, config.database, CHARTS.name, requested, config.publish_wait_seconds
+                client, config.database, board, requested, config.publish_wait_seconds
             )
             if snapshot is None:
                 body["publish_error"] = (
@@ -106,7 +119,7 @@ def corrections():  # type: ignore[no-untyped-def]
                     " the next publication will include them"
                 )
             else:
-                state.stores[CHARTS.name].invalidate()
+                state.stores[board].invalidate()
                 body["snapshot"] = snapshot.as_dict()
     finally:
         client.close()

@@ -186,6 +186,16 @@ AS SELECT
     cityHash64(item_id, restaurant_id, city_id, type, user_id, event_time) AS fingerprint
 FROM ${database}.item_events;
 
+CREATE TABLE ${database}.item_event_voids
+(
+    `event_id` String,
+    `reason` String,
+    `voided_at` DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplacingMergeTree
+ORDER BY event_id
+SETTINGS index_granularity = 8192;
+
 CREATE TABLE ${database}.item_events
 (
     `event_id` String,
@@ -951,6 +961,16 @@ AS SELECT
     event_id,
     cityHash64(order_id, product_id, buyer_id, units, amount_cents, event_time) AS fingerprint
 FROM ${database}.orders;
+
+CREATE TABLE ${database}.order_voids
+(
+    `event_id` String,
+    `reason` String,
+    `voided_at` DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplacingMergeTree
+ORDER BY event_id
+SETTINGS index_granularity = 8192;
 
 CREATE TABLE ${database}.orders
 (

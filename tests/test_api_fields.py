@@ -239,6 +239,50 @@ def test_a_song_rank_is_its_place_in_the_whole_scope(served):
 
 
 @holds(
+    "SongSeries.scope",
+    "SongSeries.window",
+    "SongSeries.song_id",
+    "SongSeries.listens",
+    "SongSeries.step_seconds",
+    "SongSeries.points",
+    "SongSeries.points.start",
+    "SongSeries.points.listens",
+)
+def test_a_song_series_is_its_listens_per_step_over_its_window(served):
+    unique: dict = {}
+    for listen in board_listen_events():
+        unique.setdefault(listen.event_id, listen)  # the first copy of an event_id counts
+    steps = {"1h": 600, "24h": 3600, "7d": 3600, "30d": 3600, "all": 86400}
+    lengths = {"1h": 1, "24h": 24, "7d": 168, "30d": 720}
+    for (window, scope), ranked in charted().items():
+        for song, listens in {*ranked[:2], ranked[-1]}:
+            path = f"/v1/charts/{scope}/songs/{requests.utils.quote(song)}/series?window={window}"
+            body = get(served, path)
+            step = timedelta(seconds=steps[window])
+            assert (body["scope"], body["window"], body["song_id"]) == (scope, window, song)
+            assert (body["listens"], body["step_seconds"]) == (listens, steps[window])
+            mine = [
+                x.event_time
+                for x in unique.values()
+                if x.song_id == song and scope in ("global", x.country) and x.event_time < AS_OF
+            ]
+            points = body["points"]
+            first = AS_OF - step * len(points)
+            if window == "all":  # back to the day of its first listen
+                assert first <= min(mine) < first + step
+            else:
+                assert len(points) == lengths[window] * (6 if window == "1h" else 1)
+            starts = [first + step * n for n in range(len(points))]
+            assert [point["start"] for point in points] == [iso(start) for start in starts]
+            expected = [sum(1 for t in mine if start <= t < start + step) for start in starts]
+            assert [point["listens"] for point in points] == expected, (window, scope, song)
+            assert sum(expected) == listens
+    missing = requests.get(served.url + "/v1/charts/SE/songs/nobody/series", timeout=30)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "song_not_ranked"
+
+
+@holds(
     "SongAround.scope",
     "SongAround.window",
     "SongAround.n",

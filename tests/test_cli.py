@@ -73,6 +73,11 @@ def test_load_publish_void_rebuild_follow_one_another(tmp_path):
     voided = toplist(tmp_path, "void", "-", "--reason", "test traffic", "--publish", stdin=ids)
     assert voided.returncode == 0, voided.stderr
     assert "voided 10" in voided.stdout and "(10 voided events excluded)" in voided.stdout
+    refund = toplist(tmp_path, "void", "-", "--board", "sale", "--reason", "refund", stdin="o-1")
+    assert refund.returncode == 0, refund.stderr
+    assert "1 ids · voided 0 · already voided 0 · not found 1" in refund.stdout
+    live = toplist(tmp_path, "void", "-", "--board", "listeners", "--reason", "x", stdin="p")
+    assert live.returncode == 2 and "invalid choice: 'listeners'" in live.stderr
 
     # The two days of events straddle the month boundary: November and December.
     rebuilt = toplist(tmp_path, "rebuild")

@@ -60,6 +60,22 @@ EXAMPLES = [
         404,
     ),
     (
+        "/v1/charts/{scope}/songs/{song_id}/series",
+        "GET",
+        "/v1/charts/SE/songs/se-also-ran/series?window=24h",
+        None,
+        False,
+        200,
+    ),
+    (
+        "/v1/charts/{scope}/songs/{song_id}/series",
+        "GET",
+        "/v1/charts/SE/songs/nope/series",
+        None,
+        False,
+        404,
+    ),
+    (
         "/v1/sale/products/{product_id}/around",
         "GET",
         "/v1/sale/products/product-000/around",
@@ -115,6 +131,22 @@ EXAMPLES = [
         {"event_ids": ["never-sent"], "reason": "test traffic"},
         True,
         200,
+    ),
+    (
+        "/internal/corrections",
+        "POST",
+        "/internal/corrections",
+        {"event_ids": ["never-ordered"], "reason": "refund", "board": "sale"},
+        True,
+        200,
+    ),
+    (
+        "/internal/corrections",
+        "POST",
+        "/internal/corrections",
+        {"event_ids": ["x"], "reason": "fraud", "board": "listeners"},
+        True,
+        400,
     ),
 ]
 

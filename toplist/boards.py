@@ -58,7 +58,9 @@ class Board:
     # Its snapshot's shape: what the rankings model gives for each column of board_entries
     # (policy, scope, metric, window_name, rank, item_id, score, extra), named so.
     entry_columns: str = "policy, scope, metric, window_name, rank, item_id, score, extra"
-    # The table of its voided event ids (corrections), '' where it has none yet.
+    # The table of its voided event ids (corrections: `toplist void --board`), '' for a board
+    # without corrections (live listeners: a playback report is state that expires, not an
+    # event that counts).
     voids: str = ""
     # Whether its items are shown through the catalog (sql/0017): its snapshot file then
     # carries the catalog rows of the items it ranks that may be shown.
@@ -150,6 +152,7 @@ BOARDS: dict[str, Board] = {
             key="event_id",
             ids="order_ids",
             aggregates=(("sale_buyers_by_product", "sale_buyers_by_product_mv"),),
+            voids="order_voids",
             idempotent_aggregates=True,
             rankings="sale_rankings",
             summary="sale_summary",
@@ -166,6 +169,7 @@ BOARDS: dict[str, Board] = {
             key="event_id",
             ids="item_event_ids",
             aggregates=(("item_activity_by_minute", "item_activity_by_minute_mv"),),
+            voids="item_event_voids",
             idempotent_aggregates=True,
             rankings="popular_rankings",
             summary="popular_summary",

@@ -142,13 +142,13 @@ def cmd_void(args: argparse.Namespace, config: Config) -> int:
     ids = read_event_ids(text.splitlines())
     with session(config) as client:
         migrate(client, config)
-        result = void_events(client, config.database, ids, args.reason)
+        result = void_events(client, config.database, ids, args.reason, board=args.board)
         print(
             f"{result.requested:,} ids · voided {result.voided:,} · already voided"
             f" {result.already_voided:,} · not found {result.not_found:,}"
         )
         if args.publish:
-            snapshot = publish(client, config)
+            snapshot = publish(client, config, board=args.board)
             print(
                 f"published corrected snapshot {snapshot.snapshot_id}"
                 f" ({snapshot.void_count:,} voided events excluded)"
@@ -574,13 +574,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     void = commands.add_parser(
         "void",
-        help="void event ids (fraud, test traffic)",
-        description="Void the event ids listed in FILE, one per line. "
-        "The raw events stay for audit; voiding twice changes nothing.",
+        help="void event ids (fraud, refunds, test traffic) on any board that counts events",
+        description="Void the event ids listed in FILE, one per line, of the charts, the flash"
+        " sale or the marketplace shelves. The raw events stay for audit; voiding twice changes"
+        " nothing.",
     )
     void.add_argument("file", help="file of event ids, or - for standard input")
-    void.add_argument("--reason", required=True, help="why, e.g. fraud or 'test traffic'")
-    void.add_argument("--publish", action="store_true", help="publish a corrected snapshot now")
+    void.add_argument("--reason", required=True, help="why, e.g. fraud, refund or 'test order'")
+    void.add_argument(
+        "--board",
+        choices=tuple(name for name, spec in BOARDS.items() if spec.voids),
+        default=CHARTS.name,
+        help="whose events the ids are: charts (listens, the default), sale (orders) or popular"
+        " (item events); they stop counting at the board's next publication",
+    )
+    void.add_argument(
+        "--publish", action="store_true", help="publish a corrected snapshot of the board now"
+    )
     void.set_defaults(handler=cmd_void)
 
     rebuild = commands.add_parser(

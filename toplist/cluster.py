@@ -44,10 +44,7 @@ def _by_field(field: str) -> str:
     return f"cityHash64(JSONExtractString(raw_message, '{field}'))"
 
 
-SHARDED = {
-    "listen_voids": "cityHash64(event_id)",
-    "ingest_batches": "rand()",
-}
+SHARDED = {"ingest_batches": "rand()"}
 NODE_LOCAL: set[str] = set()
 for _board in BOARDS.values():
     SHARDED.update(
@@ -60,6 +57,8 @@ for _board in BOARDS.values():
         }
     )
     SHARDED.update({table: "rand()" for table, _ in _board.aggregates})
+    if _board.voids:  # voided ids, beside the raw events they void
+        SHARDED[_board.voids] = "cityHash64(event_id)"
     # The Null tables between parse and raw, the Kafka engine table, the id set (and the
     # name it was rebuilt under, 0022).
     NODE_LOCAL |= {f"{_board.prefix}_parsed", f"{_board.prefix}_kafka"}

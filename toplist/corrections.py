@@ -41,41 +41,51 @@ def read_event_ids(lines: Iterable[str]) -> list[str]:
     return [event_id for event_id in ids if event_id and not event_id.startswith("#")]
 
 
-def void_events(client: Client, database: str, event_ids: list[str], reason: str) -> VoidResult:
-    """Void the events with these ids. Idempotent: an id already voided is left as it is.
-
-    Repeated ids count once (`requested` is the number of distinct ids)."""
+def void_events(
+    client: Client, database: str, event_ids: list[str], reason: str, board: str = "charts"
+) -> VoidResult:
+    """Void the events of `board` with these ids. Idempotent: an id already voided is left as
+    it is. Repeated ids count once (`requested` is the number of distinct ids)."""
     if not reason.strip():
         raise ValueError("a void needs a reason (for example 'fraud' or 'test traffic')")
+    spec = find_board(board)
+    if not spec.voids:
+        raise ValueError(
+            f"the {spec.name} board has no corrections: it counts current playbacks, which"
+            " expire by themselves"
+        )
     event_ids = list(dict.fromkeys(event_ids))
     result = VoidResult(requested=len(event_ids))
+    # A void of a listen copies its board coordinates, for its view to take it out of the
+    # buckets (sql/0008); the other boards' voids are ids that their models leave out (0026).
+    copied = ["song_id", "country", "event_time", "beyond_horizon"] if spec.name == "charts" else []
+    columns = ", ".join(["event_id", *copied, "reason"])
+    values = "".join(f"any({column}), " for column in copied)
     for start in range(0, len(event_ids), VOID_CHUNK):
         ids = event_ids[start : start + VOID_CHUNK]
         params = {"ids": ids, "reason": reason}
         found = int(
             client.command(
-                f"SELECT uniqExact(event_id) FROM {database}.listens"
+                f"SELECT uniqExact(event_id) FROM {database}.{spec.raw}"
                 " WHERE event_id IN {ids:Array(String)}",
                 parameters=params,
             )
         )
         already = int(
             client.command(
-                f"SELECT uniqExact(event_id) FROM {database}.listen_voids"
+                f"SELECT uniqExact(event_id) FROM {database}.{spec.voids}"
                 " WHERE event_id IN {ids:Array(String)}",
                 parameters=params,
             )
         )
         client.command(
             f"""
-            INSERT INTO {database}.listen_voids
-                (event_id, song_id, country, event_time, beyond_horizon, reason)
-            SELECT event_id, any(song_id), any(country), any(event_time), any(beyond_horizon),
-                {{reason:String}}
-            FROM {database}.listens
+            INSERT INTO {database}.{spec.voids} ({columns})
+            SELECT event_id, {values}{{reason:String}}
+            FROM {database}.{spec.raw}
             WHERE event_id IN {{ids:Array(String)}}
               AND event_id NOT IN (
-                  SELECT event_id FROM {database}.listen_voids
+                  SELECT event_id FROM {database}.{spec.voids}
                   WHERE event_id IN {{ids:Array(String)}}
               )
             GROUP BY event_id

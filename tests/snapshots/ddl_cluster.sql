@@ -2699,3 +2699,43 @@ CROSS JOIN (
     SELECT if(count() = 0, 86400, any(value)) AS max_future_seconds
     FROM toplist.settings WHERE name = 'max_future_seconds'
 ) AS limits;
+
+-- 0026_corrections_on_every_board.sql
+
+CREATE TABLE IF NOT EXISTS toplist.order_voids_local ON CLUSTER 'toplist'
+(
+    event_id String,
+    reason String,
+    voided_at DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/toplist/order_voids_local', '{replica}')
+ORDER BY event_id;
+
+CREATE TABLE IF NOT EXISTS toplist.order_voids ON CLUSTER 'toplist' AS toplist.order_voids_local
+ENGINE = Distributed('toplist', 'toplist', 'order_voids_local', cityHash64(event_id));
+
+CREATE TABLE IF NOT EXISTS toplist.item_event_voids_local ON CLUSTER 'toplist'
+AS toplist.order_voids_local
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/toplist/item_event_voids_local', '{replica}')
+ORDER BY event_id;
+
+CREATE TABLE IF NOT EXISTS toplist.item_event_voids ON CLUSTER 'toplist' AS toplist.item_event_voids_local
+ENGINE = Distributed('toplist', 'toplist', 'item_event_voids_local', cityHash64(event_id));
+
+CREATE FUNCTION IF NOT EXISTS toplist_item_counted ON CLUSTER 'toplist'
+AS (type, user_id, event_time, event_id) -> if(type = 'view', concat(user_id, '/', toString(toplist_bucket_start(event_time))), event_id);
+
+CREATE FUNCTION IF NOT EXISTS toplist_item_minute ON CLUSTER 'toplist'
+AS event_time -> toDateTime(toStartOfMinute(event_time), 'UTC');
+
+ALTER TABLE toplist.item_activity_by_minute_mv ON CLUSTER 'toplist'
+MODIFY QUERY
+SELECT
+    toplist_item_minute(event_time) AS minute,
+    city_id,
+    restaurant_id,
+    item_id,
+    type,
+    uniqExactState(toplist_item_counted(type, user_id, event_time, event_id)) AS counted
+FROM toplist.item_events_local
+GROUP BY minute, city_id, restaurant_id, item_id, type;

@@ -2510,3 +2510,31 @@ CROSS JOIN (
     SELECT if(count() = 0, 86400, any(value)) AS max_future_seconds
     FROM toplist.settings WHERE name = 'max_future_seconds'
 ) AS limits;
+
+-- 0026_corrections_on_every_board.sql
+
+CREATE TABLE IF NOT EXISTS toplist.order_voids
+(
+    event_id String,
+    reason String,
+    voided_at DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplacingMergeTree
+ORDER BY event_id;
+
+CREATE TABLE IF NOT EXISTS toplist.item_event_voids AS toplist.order_voids;
+
+CREATE FUNCTION IF NOT EXISTS toplist_item_counted AS (type, user_id, event_time, event_id) -> if(type = 'view', concat(user_id, '/', toString(toplist_bucket_start(event_time))), event_id);
+
+CREATE FUNCTION IF NOT EXISTS toplist_item_minute AS event_time -> toDateTime(toStartOfMinute(event_time), 'UTC');
+
+ALTER TABLE toplist.item_activity_by_minute_mv MODIFY QUERY
+SELECT
+    toplist_item_minute(event_time) AS minute,
+    city_id,
+    restaurant_id,
+    item_id,
+    type,
+    uniqExactState(toplist_item_counted(type, user_id, event_time, event_id)) AS counted
+FROM toplist.item_events
+GROUP BY minute, city_id, restaurant_id, item_id, type;

@@ -1,11 +1,13 @@
 {#- One row per order event_id: the first copy received (by arrival, then Kafka partition and
-    offset), so a redelivered or repeated order counts once, merged by the engine or not. -#}
+    offset), so a redelivered or repeated order counts once, merged by the engine or not.
+    Voided orders (sql/0026) are left out. -#}
 
 with
 
 source as (
 
     select * from {{ source('toplist', 'orders') }}
+    where event_id not in (select event_id from {{ source('toplist', 'order_voids') }})
 
 ),
 
