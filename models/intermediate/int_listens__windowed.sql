@@ -1,6 +1,7 @@
 {#- A table, built once per publication: chart_rankings reads it once per policy, and as a
-    view this aggregation would run again for every read. -#}
-{{ config(materialized='table', order_by='(window_name, scope, song_id)') }}
+    view this aggregation would run again for every read. Unsorted: the rankings partition it
+    themselves, and sorting its rows (650k at 10M events) cost 0.4 s of every publication. -#}
+{{ config(materialized='table', order_by='tuple()') }}
 
 {%- set windows = chart_windows() -%}
 
