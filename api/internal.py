@@ -13,7 +13,7 @@ from flask import Blueprint, jsonify, request
 
 from api.errors import ApiError
 from api.state import toplist
-from toplist.boards import BOARDS, CHARTS
+from toplist.boards import CHARTS, VOIDABLE
 from toplist.corrections import void_events
 from toplist.engine import connect
 from toplist.snapshots import request_publication, wait_for_publication
@@ -49,10 +49,6 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:  # a lone surrogate, sent as a JSON \udxxx escape
         return False
     return True
-
-
-# The boards whose events can be voided (toplist/boards.py `voids`).
-VOIDABLE = tuple(name for name, spec in BOARDS.items() if spec.voids)
 
 
 def _corrections_request() -> tuple[list[str], str, bool, str]:

@@ -89,7 +89,9 @@ def generate(client, db: str, first: int, last: int, as_of: datetime, songs: int
 
 
 def naive_sql(db: str, keep_top: int) -> str:
-    windows = {"1h": 3600, "24h": 86400, "7d": 604800, "30d": 2592000}
+    from toplist.config import WINDOW_SECONDS
+
+    windows = {name: length for name, length in WINDOW_SECONDS.items() if length is not None}
     counts = ",\n".join(
         f"countIf(event_time >= as_of - toIntervalSecond({s})) AS n_{n}" for n, s in windows.items()
     )

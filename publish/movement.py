@@ -33,7 +33,8 @@ from toplist.snapshots import ENTRIES, REGISTRY
 # An entry's identity: its item and a hash of the rest with it (joins on one integer and one
 # string are twice as fast as on five columns; two entries of one item would have to collide
 # in 64 bits among the few hundred lists an item can be on).
-_KEY = "cityHash64(policy, scope, metric, window_name, item_id) AS entry, item_id"
+_ENTRY = "cityHash64(policy, scope, metric, window_name, item_id)"
+_KEY = f"{_ENTRY} AS entry, item_id"
 _ON = "entry, item_id"
 
 
@@ -96,7 +97,7 @@ def insert_entries(
             FROM
             (
                 SELECT *, {_KEY} FROM {kept} AND snapshot_id IN {{before:Array(String)}}
-                    AND cityHash64(policy, scope, metric, window_name, item_id) IN (
+                    AND {_ENTRY} IN (
                         SELECT entry FROM {ranked} AS n
                         LEFT ANTI JOIN {previous_entries} AS p USING ({_ON})
                     )

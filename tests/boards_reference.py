@@ -1,7 +1,8 @@
 """Independent references for the other boards, in plain Python, to hold the SQL to.
 
 Each takes the distinct events a generator made (ingest/board_events.py) and says what the
-board must show; ranking is the v1 policy: score descending, then the id bytewise.
+board must show; ranking is the v1 policy: score descending, then the id bytewise. `entries`
+reads what a snapshot published, to compare.
 """
 
 from __future__ import annotations
@@ -125,3 +126,21 @@ def shelves(
     for (scope, metric, window, item), things in counted.items():
         scores[(scope, metric, window)][item] = len(things)
     return {shelf: ranked(items, keep) for shelf, items in scores.items()}
+
+
+def entries(client, db: str, snapshot_id: str) -> dict[tuple[str, str, str], list]:
+    """A published snapshot's lists: {(scope, metric, window): [(item, score, extra)]} in
+    rank order (checking that the ranks are 1..n)."""
+    rows = client.query(
+        f"""
+        SELECT scope, metric, window_name, item_id, score, rank, extra FROM {db}.board_entries
+        WHERE snapshot_id = {{id:String}} ORDER BY scope, metric, window_name, rank
+        """,
+        parameters={"id": snapshot_id},
+    ).result_rows
+    boards: dict[tuple[str, str, str], list] = {}
+    for scope, metric, window, item, score, rank, extra in rows:
+        board = boards.setdefault((scope, metric, window), [])
+        assert rank == len(board) + 1, f"{scope}/{metric}/{window}: ranks are not 1..n"
+        board.append((item, score, extra))
+    return boards

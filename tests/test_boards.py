@@ -15,6 +15,7 @@ import pytest
 from boards_reference import (
     current_listeners,
     distinct_buyers,
+    entries,
     listeners_board,
     sale_boards,
     shelves,
@@ -30,22 +31,6 @@ from toplist.corrections import rebuild_board
 from toplist.migrate import migrate
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
-
-
-def entries(client, db: str, snapshot_id: str) -> dict[tuple[str, str, str], list]:
-    rows = client.query(
-        f"""
-        SELECT scope, metric, window_name, item_id, score, rank, extra FROM {db}.board_entries
-        WHERE snapshot_id = {{id:String}} ORDER BY scope, metric, window_name, rank
-        """,
-        parameters={"id": snapshot_id},
-    ).result_rows
-    boards: dict[tuple[str, str, str], list] = {}
-    for scope, metric, window, item, score, rank, extra in rows:
-        board = boards.setdefault((scope, metric, window), [])
-        assert rank == len(board) + 1, f"{scope}/{metric}/{window}: ranks are not 1..n"
-        board.append((item, score, extra))
-    return boards
 
 
 def load(client, db: str, board: str, lines: list[str], chunk: int = 700) -> None:

@@ -6,7 +6,7 @@ import zlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from boards_reference import bucket, distinct_buyers, sale_boards, shelves
+from boards_reference import bucket, distinct_buyers, entries, sale_boards, shelves
 from reference import aggregates, assert_boards_equal, boards, published_boards, totals_mismatch
 
 from ingest.board_events import ItemEventGenerator, OrderGenerator
@@ -86,18 +86,6 @@ def test_rebuild_from_raw_equals_incremental_aggregates(client, config):
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
 
 
-def board_rows(client, db: str, snapshot_id: str) -> dict[tuple, list]:
-    rows = client.query(
-        f"SELECT scope, metric, window_name, item_id, score, extra FROM {db}.board_entries"
-        " WHERE snapshot_id = {id:String} ORDER BY scope, metric, window_name, rank",
-        parameters={"id": snapshot_id},
-    ).result_rows
-    boards: dict[tuple, list] = {}
-    for scope, metric, window, item, score, extra in rows:
-        boards.setdefault((scope, metric, window), []).append((item, int(score), extra))
-    return boards
-
-
 def test_voided_orders_stop_counting_on_the_sale_boards(client, config):
     db = config.database
     generated = OrderGenerator(seed=51, products=25, buyers=400).orders(
@@ -106,7 +94,7 @@ def test_voided_orders_stop_counting_on_the_sale_boards(client, config):
     load_lines(client, db, generated.lines, board=BOARDS["sale"])
     orders = generated.events
     before = publish(client, config, board="sale", as_of=NOW)
-    top = board_rows(client, db, before.snapshot_id)[("products", "units", "all")][0][0]
+    top = entries(client, db, before.snapshot_id)[("products", "units", "all")][0][0]
     # Every order of one buyer of the top product (its distinct buyers drop by one), and a
     # tenth of the others (refunds, test orders), once with a repeat and an unknown id.
     buyer = next(o["buyer_id"] for o in orders if o["product_id"] == top)
@@ -123,7 +111,7 @@ def test_voided_orders_stop_counting_on_the_sale_boards(client, config):
     snapshot = publish(client, config, board="sale", as_of=NOW)
     assert snapshot.void_count == len(voided)
     kept = [o for o in orders if o["event_id"] not in voided]
-    boards, truth = board_rows(client, db, snapshot.snapshot_id), sale_boards(kept)
+    boards, truth = entries(client, db, snapshot.snapshot_id), sale_boards(kept)
     assert [(i, s) for i, s, _ in boards[("products", "units", "all")]] == truth["products"]
     assert [(i, s) for i, s, _ in boards[("buyers", "spend_cents", "all")]] == truth["buyers"]
     unique = {o["event_id"]: o for o in kept}
@@ -172,7 +160,7 @@ def test_voided_item_events_stop_counting_on_the_shelves(client, config):
     kept = [e for e in events if e["event_id"] not in voided]
     published = {
         shelf: [(i, s) for i, s, _ in rows]
-        for shelf, rows in board_rows(client, db, snapshot.snapshot_id).items()
+        for shelf, rows in entries(client, db, snapshot.snapshot_id).items()
     }
     assert published == shelves(kept, as_of)
     assert top_item not in {i for i, _ in published[("global", "views", "1h")]}

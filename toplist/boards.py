@@ -62,6 +62,9 @@ class Board:
     # without corrections (live listeners: a playback report is state that expires, not an
     # event that counts).
     voids: str = ""
+    # The raw event's fields a void row copies (its board coordinates, where a view takes the
+    # event back out of a sum: the charts' buckets, sql/0008); () where the void is its id.
+    void_copies: tuple[str, ...] = ()
     # Whether its items are shown through the catalog (sql/0017): its snapshot file then
     # carries the catalog rows of the items it ranks that may be shown.
     catalog: bool = False
@@ -116,6 +119,7 @@ CHARTS = Board(
         " listens AS score, map() AS extra"
     ),
     voids="listen_voids",
+    void_copies=("song_id", "country", "event_time", "beyond_horizon"),
     topic_setting="kafka_topic",
     refresh_setting="publish_interval_seconds",
     keep_top_setting="keep_top",
@@ -181,6 +185,10 @@ BOARDS: dict[str, Board] = {
         ),
     )
 }
+
+
+# The boards that take corrections (`toplist void --board`, POST /internal/corrections).
+VOIDABLE = tuple(name for name, spec in BOARDS.items() if spec.voids)
 
 
 def board(name: str) -> Board:

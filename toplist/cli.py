@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from toplist.boards import BOARDS, CHARTS
+from toplist.boards import BOARDS, CHARTS, VOIDABLE
 from toplist.config import Config, ConfigError
 from toplist.engine import connect, session
 
@@ -583,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     void.add_argument("--reason", required=True, help="why, e.g. fraud, refund or 'test order'")
     void.add_argument(
         "--board",
-        choices=tuple(name for name, spec in BOARDS.items() if spec.voids),
+        choices=VOIDABLE,
         default=CHARTS.name,
         help="whose events the ids are: charts (listens, the default), sale (orders) or popular"
         " (item events); they stop counting at the board's next publication",

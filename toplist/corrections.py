@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 
+from toplist.boards import VOIDABLE
 from toplist.boards import board as find_board
 
 log = logging.getLogger(__name__)
@@ -51,16 +52,14 @@ def void_events(
     spec = find_board(board)
     if not spec.voids:
         raise ValueError(
-            f"the {spec.name} board has no corrections: it counts current playbacks, which"
-            " expire by themselves"
+            f"the {spec.name} board has no corrections (boards that do: {', '.join(VOIDABLE)})"
         )
     event_ids = list(dict.fromkeys(event_ids))
     result = VoidResult(requested=len(event_ids))
-    # A void of a listen copies its board coordinates, for its view to take it out of the
-    # buckets (sql/0008); the other boards' voids are ids that their models leave out (0026).
-    copied = ["song_id", "country", "event_time", "beyond_horizon"] if spec.name == "charts" else []
-    columns = ", ".join(["event_id", *copied, "reason"])
-    values = "".join(f"any({column}), " for column in copied)
+    # A void row copies what its board's views need of the event (toplist/boards.py
+    # `void_copies`); the boards that copy nothing leave the voided ids out in their models.
+    columns = ", ".join(["event_id", *spec.void_copies, "reason"])
+    values = "".join(f"any({column}), " for column in spec.void_copies)
     for start in range(0, len(event_ids), VOID_CHUNK):
         ids = event_ids[start : start + VOID_CHUNK]
         params = {"ids": ids, "reason": reason}
