@@ -1,5 +1,7 @@
 """POST /internal/corrections: void event ids of a board over HTTP (what `toplist void` does),
-by token.
+by token. POST /internal/rebuild: queue a rebuild job (a scoring version backfilled over the
+kept snapshots: publish/rebuild.py, run by the scheduler); GET /internal/jobs/<id>: its state,
+progress and result.
 
 Internal endpoints answer only to `Authorization: Bearer <TOPLIST_INTERNAL_TOKEN>`; with no
 token configured they refuse every request, so an unconfigured deployment is closed, not open.
@@ -16,6 +18,7 @@ from api.state import toplist
 from toplist.boards import CHARTS, VOIDABLE
 from toplist.corrections import void_events
 from toplist.engine import connect
+from toplist.jobs import JobRequestError, find, rebuild_request, submit
 from toplist.snapshots import request_publication, wait_for_publication
 
 internal = Blueprint("internal", __name__, url_prefix="/internal")
@@ -120,3 +123,41 @@ def corrections():  # type: ignore[no-untyped-def]
     finally:
         client.close()
     return jsonify(body)
+
+
+@internal.post("/rebuild")
+def rebuild():  # type: ignore[no-untyped-def]
+    """Queue a rebuild: {"board", "scope", "from", "to", "scoring_version"}, all but board
+    optional. 202 with the job's id; the scheduler runs it (`toplist serve`, `toplist schedule`)."""
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:
+        body = None
+    config = toplist().config
+    client = connect(config)
+    try:
+        try:
+            checked = rebuild_request(client, config, body)
+        except JobRequestError as error:
+            raise ApiError(error.status, error.code, str(error)) from None
+        job = submit(client, config.database, "rebuild", checked)
+    finally:
+        client.close()
+    response = jsonify({"job_id": job.job_id, "state": job.state, "request": checked})
+    response.status_code = 202
+    response.headers["Location"] = f"/internal/jobs/{job.job_id}"
+    return response
+
+
+@internal.get("/jobs/<job_id>")
+def job_state(job_id: str):  # type: ignore[no-untyped-def]
+    """A job's state (queued, running, succeeded, failed), progress and result or error."""
+    config = toplist().config
+    client = connect(config)
+    try:
+        job = find(client, config.database, job_id)
+    finally:
+        client.close()
+    if job is None:
+        raise ApiError(404, "job_not_found", f"no job {job_id!r} (jobs are kept 30 days)")
+    return jsonify(job.as_dict())

@@ -24,9 +24,12 @@ from clickhouse_connect.driver.client import Client
 
 from toplist.snapshots import (
     ENTRIES,
+    CatalogItem,
     Snapshot,
     SnapshotFile,
     current_snapshot,
+    fallback_shelf,
+    featured_items,
     read_file,
     shown_items,
     snapshot_path,
@@ -58,7 +61,7 @@ class Entry:
 
 @dataclass
 class Board:
-    """One ranked list of a snapshot (a scope, metric, window and policy)."""
+    """One ranked list of a snapshot (a scope, metric, window, policy and scoring version)."""
 
     entries: list[Entry]  # in rank order
     by_item: dict[str, Entry]
@@ -134,7 +137,8 @@ class SnapshotStore:
         self._lock = threading.RLock()
         self._snapshot: Snapshot | None = None
         self._checked_at: float | None = None
-        self._boards: dict[tuple[str, str, str, str], Board] = {}  # metric, window, scope, policy
+        # by metric, window, scope, policy, scoring
+        self._boards: dict[tuple[str, str, str, str, str], Board] = {}
         self._scopes: list[str] | None = None
         self._memo = Kept(MEMO_LIMIT)
         self._refreshing = False
@@ -186,10 +190,16 @@ class SnapshotStore:
         return current_snapshot(self.client, self._database, self.name)
 
     def board(
-        self, snapshot: Snapshot, metric: str, window: str, scope: str, policy: str = "v1"
+        self,
+        snapshot: Snapshot,
+        metric: str,
+        window: str,
+        scope: str,
+        policy: str = "v1",
+        scoring: str = "v1",
     ) -> Board:
         """One ranked list of the snapshot, loaded once per snapshot."""
-        key = (metric, window, scope, policy)
+        key = (metric, window, scope, policy, scoring)
         with self._lock:
             board = self._boards.get(key) if self._snapshot == snapshot else None
             if board is None:
@@ -228,13 +238,16 @@ class SnapshotStore:
                 self._scopes = scopes
             return scopes
 
-    def _load(self, snapshot_id: str, metric: str, window: str, scope: str, policy: str) -> Board:
+    def _load(
+        self, snapshot_id: str, metric: str, window: str, scope: str, policy: str, scoring: str
+    ) -> Board:
         rows = self.client.query(
             f"""
             SELECT rank, item_id, score, extra FROM {self._database}.{ENTRIES}
             WHERE board = {{board:String}} AND snapshot_id = {{id:String}}
               AND metric = {{metric:String}} AND window_name = {{window:String}}
               AND scope = {{scope:String}} AND policy = {{policy:String}}
+              AND scoring = {{scoring:String}}
             ORDER BY rank, item_id
             """,
             parameters={
@@ -244,6 +257,7 @@ class SnapshotStore:
                 "window": window,
                 "scope": scope,
                 "policy": policy,
+                "scoring": scoring,
             },
         ).result_rows
         return Board.of(rows)
@@ -284,9 +298,18 @@ class SnapshotStore:
     # depends on the catalog at request time.
     catalog_in_snapshot = False
 
-    def shown_items(self, snapshot: Snapshot, item_ids: list[str]) -> dict[str, tuple[str, int]]:
-        """item_id -> (name, price_cents) of the items the catalog lets a shelf show now."""
+    def shown_items(self, snapshot: Snapshot | None, item_ids: list[str]) -> dict[str, CatalogItem]:
+        """What a shelf shows of each item the catalog lets it show now, by item_id (a
+        worker's store: as the catalog stood when `snapshot` was published)."""
         return shown_items(self.client, self._database, item_ids)
+
+    def featured(self, restaurant_id: str) -> dict[str, CatalogItem]:
+        """The restaurant's featured items that a shelf may show now, by item_id."""
+        return featured_items(self.client, self._database, restaurant_id)
+
+    def fallback(self, restaurant_id: str) -> tuple[object, list[tuple[str, int]]]:
+        """The restaurant's fallback shelf: its as_of and [(item_id, all-time orders)]."""
+        return fallback_shelf(self.client, self._database, restaurant_id)
 
     def close(self) -> None:
         with self._lock:
@@ -364,8 +387,10 @@ class FileSnapshotStore(SnapshotStore):
     def _file(self, snapshot: Snapshot) -> SnapshotFile:
         return self._files[snapshot.snapshot_id]
 
-    def _load(self, snapshot_id: str, metric: str, window: str, scope: str, policy: str) -> Board:
-        return Board.of(self._files[snapshot_id].rows((metric, window, scope, policy)))
+    def _load(
+        self, snapshot_id: str, metric: str, window: str, scope: str, policy: str, scoring: str
+    ) -> Board:
+        return Board.of(self._files[snapshot_id].rows((metric, window, scope, policy, scoring)))
 
     def scopes(self, snapshot: Snapshot) -> list[str]:
         return self._file(snapshot).scopes
@@ -375,7 +400,15 @@ class FileSnapshotStore(SnapshotStore):
     ) -> list[int]:
         raise RuntimeError("a song's series is read from the engine (api/workers.py sends it)")
 
-    def shown_items(self, snapshot: Snapshot, item_ids: list[str]) -> dict[str, tuple[str, int]]:
+    def featured(self, restaurant_id: str) -> dict[str, CatalogItem]:
+        raise RuntimeError("a restaurant's shelf is read from the engine (api/workers.py)")
+
+    def fallback(self, restaurant_id: str) -> tuple[object, list[tuple[str, int]]]:
+        raise RuntimeError("a restaurant's shelf is read from the engine (api/workers.py)")
+
+    def shown_items(self, snapshot: Snapshot | None, item_ids: list[str]) -> dict[str, CatalogItem]:
+        if snapshot is None:
+            raise RuntimeError("a restaurant's shelf is read from the engine (api/workers.py)")
         shown = self._file(snapshot).shown or {}
         return {item: shown[item] for item in item_ids if item in shown}
 

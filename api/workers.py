@@ -6,7 +6,8 @@ directory): it migrates, consumes, publishes, writes each board's snapshot as a 
 (toplist/snapshots.py) and serves the full app on a private port. Each worker reads the
 snapshot files (in server mode without them, the registry), answers every read itself, and
 hands what needs the engine to the engine process: `/internal/*` (corrections, publication
-requests), a song's series (read from the buckets), and `/healthz` and `/metrics`, which
+requests), a song's series (read from the buckets), a restaurant's shelf (its catalog,
+featured items and fallback list are read when asked), and `/healthz` and `/metrics`, which
 describe the whole service (the workers' request counters reach `/metrics` through
 prometheus_client's multiprocess directory).
 """
@@ -30,6 +31,7 @@ ENGINE_ENV = "TOPLIST_ENGINE_URL"  # where the engine process serves the full ap
 ENGINE_PATHS = ("/healthz", "/metrics")
 ENGINE_PREFIX = "/internal/"
 ENGINE_SUFFIX = "/series"  # a song's series is read from the buckets, not from a snapshot
+ENGINE_SHELVES = "/v1/restaurants/"  # a restaurant's shelf reads the catalog and fallback list
 # Not passed on: they describe one connection, not the request.
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te"}
 
@@ -58,6 +60,7 @@ class ToEngine:
             path.startswith(ENGINE_PREFIX)
             or path in ENGINE_PATHS
             or (path.startswith("/v1/charts/") and path.endswith(ENGINE_SUFFIX))
+            or path.startswith(ENGINE_SHELVES)
         ):
             return self.app(environ, start_response)
         length = int(environ.get("CONTENT_LENGTH") or 0)

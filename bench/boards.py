@@ -20,6 +20,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from bench.common import arguments, bench_config, median, say, scratch, side_by_side, table
+from toplist.config import POPULAR_WINDOW_SECONDS
 
 
 def naive_listeners(db: str, keep: int, as_of: datetime, retention_hours: int) -> str:
@@ -71,6 +72,8 @@ def naive_sale(db: str, keep: int) -> str:
 
 def naive_popular(db: str, keep: int, as_of: datetime) -> str:
     at = f"toDateTime('{as_of:%Y-%m-%d %H:%M:00}', 'UTC')"
+    windows = "[" + ", ".join(f"('{n}', {s})" for n, s in POPULAR_WINDOW_SECONDS.items()) + "]"
+    longest = max(POPULAR_WINDOW_SECONDS.values())
     return f"""
         SELECT scope, metric, window_name, item_id, toInt64(uniqExact(what)) AS score
         FROM (
@@ -79,13 +82,13 @@ def naive_popular(db: str, keep: int, as_of: datetime) -> str:
                     'global']) AS scope,
                 if(type = 'view', 'views', 'orders') AS metric,
                 arrayJoin(arrayFilter(w -> toStartOfMinute(event_time) >= {at} - w.2,
-                    [('1m', 60), ('1h', 3600), ('1d', 86400)])).1 AS window_name,
+                    {windows})).1 AS window_name,
                 item_id,
                 if(type = 'view',
                     concat(user_id, '/', toString(toplist_bucket_start(event_time))),
                     event_id) AS what
             FROM {db}.item_events
-            WHERE event_time >= {at} - INTERVAL 1 DAY AND event_time < {at}
+            WHERE event_time >= {at} - INTERVAL {longest} SECOND AND event_time < {at}
         )
         GROUP BY scope, metric, window_name, item_id
         ORDER BY scope, metric, window_name, score DESC, item_id

@@ -198,7 +198,8 @@ class ItemEventGenerator:
         self._tag = f"{seed:x}"  # generators with other seeds make other event ids
 
     def catalog(self) -> list[dict]:
-        """A catalog row per item: about one in six unavailable, one in twelve deleted."""
+        """A catalog row per item: about one in six unavailable, one in twelve deleted, one
+        in eight featured by its restaurant."""
         rows = []
         for n, (item_id, restaurant, _city) in enumerate(self.items):
             rows.append(
@@ -206,8 +207,11 @@ class ItemEventGenerator:
                     "item_id": item_id,
                     "name": f"Dish {n} of {restaurant}",
                     "price_cents": 500 + 100 * (n % 20),
+                    "restaurant_id": restaurant,
+                    "photo_url": f"https://img.example.com/items/{item_id}.jpg",
                     "available": n % 6 != 1,
                     "deleted": n % 12 == 5,
+                    "featured": n % 8 == 3,
                 }
             )
         return rows

@@ -2,8 +2,11 @@
 filtered by when read (sql/0017 `catalog_items`; the latest row per item wins).
 
 A line is a JSON object: item_id (1-256 bytes), name (string), price_cents (non-negative
-integer), and optionally available (default true) and deleted (default false). A bad line is
-reported with its number and reason and loads nothing; the good lines load.
+integer), and optionally restaurant_id (the restaurant that sells it, 1-128 bytes), photo_url
+(an http or https URL of at most 2048 bytes), available (default true), deleted (default
+false) and featured (default false: the restaurant's pick, shown on its shelf before it has
+orders enough to rank). A bad line is reported with its number and reason and loads nothing;
+the good lines load.
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
-COLUMNS = ["item_id", "name", "price_cents", "available", "deleted"]
+COLUMNS = [
+    "item_id",
+    "name",
+    "price_cents",
+    "restaurant_id",
+    "photo_url",
+    "available",
+    "deleted",
+    "featured",
+]
 
 
 @dataclass
@@ -37,13 +49,28 @@ def _row(line: str) -> list[object]:
         raise ValueError("name: missing or not a string")
     if not isinstance(price, int) or isinstance(price, bool) or price < 0:
         raise ValueError("price_cents: missing, or not a non-negative integer")
+    restaurant_id, photo_url = item.get("restaurant_id", ""), item.get("photo_url", "")
+    if "restaurant_id" in item and (
+        not isinstance(restaurant_id, str)
+        or not 1 <= len(restaurant_id.encode()) <= 128
+        or any(ord(c) < 0x20 or ord(c) == 0x7F for c in restaurant_id)
+    ):
+        raise ValueError("restaurant_id: must be a string of 1 to 128 bytes, no control characters")
+    if "photo_url" in item and (
+        not isinstance(photo_url, str)
+        or not photo_url.startswith(("https://", "http://"))
+        or len(photo_url.encode()) > 2048
+        or any(c.isspace() or ord(c) < 0x20 for c in photo_url)
+    ):
+        raise ValueError("photo_url: must be an http or https URL of at most 2048 bytes")
     flags = []
-    for flag, default in (("available", True), ("deleted", False)):
+    for flag, default in (("available", True), ("deleted", False), ("featured", False)):
         value = item.get(flag, default)
         if not isinstance(value, bool):
             raise ValueError(f"{flag}: must be true or false")
         flags.append(value)
-    return [item_id, name, price, *flags]
+    available, deleted, featured = flags
+    return [item_id, name, price, restaurant_id, photo_url, available, deleted, featured]
 
 
 def load_catalog(client: Client, database: str, lines: Iterable[str]) -> CatalogResult:

@@ -23,8 +23,10 @@ log = logging.getLogger(__name__)
 
 
 def load_history(client: Client, config: Config, listens: int, say=print) -> None:
-    """Listens over the last 40 days, the marketplace catalog (with unavailable and deleted
-    items), a day of item events and an hour of flash-sale orders."""
+    """Listens over the last 40 days, the marketplace catalog (with unavailable, deleted and
+    featured items), a busy last day of item events after four quieter weeks (so the shelves'
+    7d and 28d windows differ, and quiet restaurants' shelves widen), and an hour of
+    flash-sale orders."""
     now = datetime.now(UTC)
     seed = int(now.timestamp())
     history = ListenGenerator(seed=seed).batch(listens, now - timedelta(days=40), now, malformed=10)
@@ -37,6 +39,7 @@ def load_history(client: Client, config: Config, listens: int, say=print) -> Non
     items = ItemEventGenerator(seed=seed)
     catalog = load_catalog(client, config.database, [json.dumps(row) for row in items.catalog()])
     events = items.events(5_000, now - timedelta(days=1), now, malformed=3)
+    events.lines += items.events(3_000, now - timedelta(days=29), now - timedelta(days=1)).lines
     orders = OrderGenerator(seed=seed).orders(3_000, now - timedelta(hours=1), now, malformed=2)
     load_lines(client, config.database, events.lines, source="demo", board=BOARDS["popular"])
     load_lines(client, config.database, orders.lines, source="demo", board=BOARDS["sale"])

@@ -39,8 +39,9 @@
 {%- endmacro %}
 
 {% macro popular_windows() %}
-  {#- The marketplace shelves' windows: name -> length in seconds (as_of is on the minute). -#}
-  {{ return({'1m': 60, '1h': 3600, '1d': 86400}) }}
+  {#- The marketplace shelves' windows: name -> length in seconds (as_of is on the minute).
+      A restaurant's public shelf widens 1d -> 7d -> 28d while it has too few orders. -#}
+  {{ return({'1m': 60, '1h': 3600, '1d': 86400, '7d': 604800, '28d': 2419200}) }}
 {% endmacro %}
 
 {% macro board_as_of(step_seconds) -%}

@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 import clickhouse_connect
 
-from toplist.config import Config
+from toplist.config import SHELF_K_MAX, Config
 from toplist.snapshots import utc
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,8 @@ def dbt_vars(config: Config, as_of: datetime | None) -> dict[str, object]:
         "keep_top": config.keep_top,
         "board_keep_top": config.board_keep_top,
         "popular_keep_top": config.popular_keep_top,
+        "shelf_fallback_top": SHELF_K_MAX,
+        "scorings": list(config.scoring_versions),
         "listeners_expiry_seconds": config.listeners_expiry_seconds,
         "listeners_retention_hours": config.listeners_retention_hours,
     }

@@ -7,8 +7,8 @@ The rule, in one place (the SQL below):
   several publications at one as_of, the last published: a correction republishing an as_of
   replaces that publication here, and is never itself the previous one of another publication
   at its as_of, so it fakes no move and counts once);
-* an entry is the same entry in two publications when its policy, scope, metric, window and
-  item are the same;
+* an entry is the same entry in two publications when its policy, scoring version, scope,
+  metric, window and item are the same;
 * `previous_rank`: its rank in the previous publication, where it was there; else
   `returning` = 1 where it was in an earlier kept publication (the latest of each earlier
   as_of), a re-entry; else it is new;
@@ -33,7 +33,7 @@ from toplist.snapshots import ENTRIES, REGISTRY
 # An entry's identity: its item and a hash of the rest with it (joins on one integer and one
 # string are twice as fast as on five columns; two entries of one item would have to collide
 # in 64 bits among the few hundred lists an item can be on).
-_ENTRY = "cityHash64(policy, scope, metric, window_name, item_id)"
+_ENTRY = "cityHash64(policy, scoring, scope, metric, window_name, item_id)"
 _KEY = f"{_ENTRY} AS entry, item_id"
 _ON = "entry, item_id"
 
@@ -68,10 +68,11 @@ def insert_entries(
     client.command(
         f"""
         INSERT INTO {db}.{ENTRIES}
-            (board, snapshot_id, policy, scope, metric, window_name, rank, item_id, score, extra)
+            (board, snapshot_id, policy, scoring, scope, metric, window_name, rank, item_id,
+             score, extra)
         SELECT
             {{board:String}}, {{snapshot_id:String}},
-            n.policy, n.scope, n.metric, n.window_name, n.rank, n.item_id, n.score,
+            n.policy, n.scoring, n.scope, n.metric, n.window_name, n.rank, n.item_id, n.score,
             mapUpdate(
                 CAST(n.extra, 'Map(String, Float64)'),
                 mapFilter((name, value) -> NOT isNaN(value), map(

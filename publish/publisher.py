@@ -141,24 +141,12 @@ def sync_snapshot_files(client: Client, config: Config) -> None:
             write_snapshot_file(client, config, snapshot)
 
 
-def _publish(
-    client: Client,
-    config: Config,
-    board: Board,
-    as_of: datetime | None,
-    before_commit: Callable[[str], None] | None,
-) -> Snapshot:
-    db = config.database
-    started = time.monotonic()
-    # Read before ranking: every void counted here is reflected in the snapshot (one made
-    # while the ranking runs may be reflected too, and is counted by the next snapshot).
-    void_count = (
-        int(client.command(f"SELECT uniqExact(event_id) FROM {db}.{board.voids}"))
-        if board.voids
-        else 0
-    )
+def rank(client: Client, config: Config, board: Board, as_of: datetime | None) -> None:
+    """Build the board's rankings and summary (and the models they need) at `as_of`: the SQL
+    dbt compiled for the board, without dbt's run cost (publish/plan.py), or on a cluster
+    `dbt run` itself. Run under the board's lease: the model tables are the board's."""
     try:
-        if plan.usable(config):  # the SQL dbt compiled for the board, without dbt's run cost
+        if plan.usable(config):
             plan.run(client, config, board, as_of)
         else:
             dbt.invoke(
@@ -178,8 +166,28 @@ def _publish(
             f"{board.name}: ranking failed, nothing was published: {error}"
         ) from error
 
-    aligned, policy, policies, stats = client.query(
-        f"SELECT as_of, policy, policies, stats FROM {db}.{board.summary}"
+
+def _publish(
+    client: Client,
+    config: Config,
+    board: Board,
+    as_of: datetime | None,
+    before_commit: Callable[[str], None] | None,
+) -> Snapshot:
+    db = config.database
+    started = time.monotonic()
+    # Read before ranking: every void counted here is reflected in the snapshot (one made
+    # while the ranking runs may be reflected too, and is counted by the next snapshot).
+    void_count = (
+        int(client.command(f"SELECT uniqExact(event_id) FROM {db}.{board.voids}"))
+        if board.voids
+        else 0
+    )
+    rank(client, config, board, as_of)
+
+    scorings = "scorings" if board.scored else "['v1']"
+    aligned, policy, policies, stats, scorings = client.query(
+        f"SELECT as_of, policy, policies, stats, {scorings} FROM {db}.{board.summary}"
     ).result_rows[0]
     aligned = utc(aligned)
     snapshot_id = f"{board.name}-{aligned:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
@@ -210,6 +218,7 @@ def _publish(
             policies=tuple(policies),
             void_count=void_count,
             stats={name: float(value) for name, value in stats.items()},
+            scorings=tuple(scorings),
         )
         client.insert(f"{db}.{REGISTRY}", [registry_row(snapshot)], column_names=COLUMN_NAMES)
     except Exception:

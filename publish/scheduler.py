@@ -1,6 +1,7 @@
 """The snapshot schedule: an APScheduler job per board that publishes it on its own refresh
-(toplist/boards.py names the setting), and one that answers requests for a publication (a
-correction with "publish": true) within a second.
+(toplist/boards.py names the setting), one that answers requests for a publication (a
+correction with "publish": true) within a second, and one that runs the internal jobs queued
+(POST /internal/rebuild: publish/rebuild.py) one at a time.
 
 Jobs are plain functions that tests call directly; a failed publication is logged and
 reported, and the last good snapshot stays current.
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from publish.publisher import publish
+from publish.rebuild import run_queued
 from toplist.boards import BOARDS
 from toplist.config import Config
 from toplist.engine import connect
@@ -24,6 +26,7 @@ from toplist.snapshots import Snapshot, current_snapshot, utc
 log = logging.getLogger(__name__)
 
 REQUESTS_JOB_ID = "publish-requested"
+INTERNAL_JOBS_ID = "internal-jobs"
 
 # Told of every publication: (board, the snapshot or None, the error when it failed). The API
 # process uses it to refresh its cache at once and to count publications in /metrics.
@@ -121,6 +124,15 @@ def start_scheduler(
         seconds=1,
         id=REQUESTS_JOB_ID,
         args=(config, listener),
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.add_job(
+        run_queued,
+        "interval",
+        seconds=1,
+        id=INTERNAL_JOBS_ID,
+        args=(config,),
         max_instances=1,
         coalesce=True,
     )

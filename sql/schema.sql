@@ -12,7 +12,8 @@ CREATE TABLE ${database}.board_entries
     `rank` UInt32,
     `item_id` String,
     `score` Int128,
-    `extra` Map(LowCardinality(String), Float64)
+    `extra` Map(LowCardinality(String), Float64),
+    `scoring` LowCardinality(String) DEFAULT 'v1'
 )
 ENGINE = MergeTree
 ORDER BY (board, snapshot_id, scope, metric, window_name, rank)
@@ -30,7 +31,8 @@ CREATE TABLE ${database}.board_snapshots
     `duration_ms` UInt32,
     `stats` Map(LowCardinality(String), Float64),
     `policies` Array(LowCardinality(String)) DEFAULT [policy],
-    `void_count` UInt64 DEFAULT 0
+    `void_count` UInt64 DEFAULT 0,
+    `scorings` Array(LowCardinality(String)) DEFAULT ['v1']
 )
 ENGINE = MergeTree
 ORDER BY (board, published_at, snapshot_id)
@@ -39,10 +41,13 @@ SETTINGS index_granularity = 8192;
 CREATE TABLE ${database}.catalog_items
 (
     `item_id` String,
+    `restaurant_id` String DEFAULT '',
     `name` String,
     `price_cents` UInt64,
+    `photo_url` String DEFAULT '',
     `available` Bool,
     `deleted` Bool,
+    `featured` Bool DEFAULT false,
     `updated_at` DateTime64(3, 'UTC') DEFAULT now64(3)
 )
 ENGINE = ReplacingMergeTree(updated_at)
@@ -129,6 +134,24 @@ FROM ${database}.listens_dead_letters
 GROUP BY
     _batch_id,
     _source;
+
+CREATE TABLE ${database}.internal_jobs
+(
+    `job_id` String,
+    `kind` LowCardinality(String),
+    `request` String,
+    `state` LowCardinality(String),
+    `done` UInt32,
+    `total` UInt32,
+    `result` String,
+    `error` String,
+    `created_at` DateTime64(3, 'UTC'),
+    `updated_at` DateTime64(6, 'UTC') DEFAULT now64(6)
+)
+ENGINE = ReplacingMergeTree(updated_at)
+ORDER BY job_id
+TTL toDateTime(updated_at) + toIntervalDay(30)
+SETTINGS index_granularity = 8192;
 
 CREATE TABLE ${database}.item_activity_by_minute
 (

@@ -11,6 +11,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from toplist.config import POPULAR_WINDOW_SECONDS
+
 
 def ranked(scores: dict[str, int], keep: int = 1000) -> list[tuple[str, int]]:
     rows = [(item, score) for item, score in scores.items() if score > 0]
@@ -93,7 +95,9 @@ def distinct_buyers(orders: Iterable[dict]) -> tuple[dict[str, int], int]:
     return {product: len(buyers) for product, buyers in per_product.items()}, len(every)
 
 
-POPULAR_WINDOWS = {"1m": timedelta(minutes=1), "1h": timedelta(hours=1), "1d": timedelta(days=1)}
+POPULAR_WINDOWS = {
+    name: timedelta(seconds=length) for name, length in POPULAR_WINDOW_SECONDS.items()
+}
 
 
 def bucket(moment: datetime) -> datetime:
@@ -144,3 +148,85 @@ def entries(client, db: str, snapshot_id: str) -> dict[tuple[str, str, str], lis
         assert rank == len(board) + 1, f"{scope}/{metric}/{window}: ranks are not 1..n"
         board.append((item, score, extra))
     return boards
+
+
+def restaurant_shelf(
+    events: Iterable[dict],
+    catalog: Iterable[dict],
+    restaurant: str,
+    as_of: datetime,
+    metric: str = "orders",
+    window: str = "1d",
+    k: int = 8,
+    min_orders: int = 20,
+) -> tuple[str, list[tuple[str, int | None]]]:
+    """A restaurant's public shelf from the snapshot at as_of: (window used, [(item, score)]).
+    The first window from `window` on (1d, 7d, 28d) in which the restaurant has min_orders
+    orders and an item the catalog lets it show; else its featured items that may show."""
+    lists = shelves(events, as_of)
+    shown = {row["item_id"] for row in catalog if row.get("available", True) and not row["deleted"]}
+    chain = ("1d", "7d", "28d")
+    for wider in chain[chain.index(window) :]:
+        scope = f"restaurant:{restaurant}"
+        if sum(score for _, score in lists.get((scope, "orders", wider), [])) < min_orders:
+            continue
+        items = [(i, s) for i, s in lists.get((scope, metric, wider), []) if i in shown][:k]
+        if items:
+            return wider, items
+    return "featured", featured(catalog, restaurant, k)
+
+
+def featured(catalog: Iterable[dict], restaurant: str, k: int) -> list[tuple[str, int | None]]:
+    rows = [
+        row["item_id"]
+        for row in catalog
+        if row.get("restaurant_id") == restaurant
+        and row.get("featured")
+        and row.get("available", True)
+        and not row["deleted"]
+    ]
+    return [(item, None) for item in sorted(rows, key=str.encode)][:k]
+
+
+def fallback_shelf(
+    events: Iterable[dict],
+    catalog: Iterable[dict],
+    restaurant: str,
+    as_of: datetime,
+    k: int = 8,
+    voided: frozenset[str] = frozenset(),
+) -> list[tuple[str, int]]:
+    """A restaurant's top items by all-time orders before as_of (each event_id once, voided
+    ones left out) that the catalog lets a shelf show, the top 20 kept and k of them shown."""
+    unique = {event["event_id"]: event for event in events}
+    orders = Counter(
+        event["item_id"]
+        for event in unique.values()
+        if event["type"] == "order"
+        and event["restaurant_id"] == restaurant
+        and event["event_time"].replace(second=0, microsecond=0) < as_of
+        and event["event_id"] not in voided
+    )
+    shown = {row["item_id"] for row in catalog if row.get("available", True) and not row["deleted"]}
+    return [(i, s) for i, s in ranked(orders, keep=20) if i in shown][:k]
+
+
+def scored_shelves(
+    events: Iterable[dict], as_of: datetime, version: str, keep: int = 300
+) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
+    """The shelves scored by a scoring version (macros/scoring.sql): v1 each metric's count;
+    v2 views, and orders x 5 + views for an item with orders. An item is on a metric's shelf
+    when it has that metric in the window."""
+    counts = shelves(events, as_of, keep=10**9)
+    views: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for (scope, metric, window), items in counts.items():
+        if metric == "views":
+            views[(scope, window)] = dict(items)
+    if version == "v1":
+        return {shelf: items[:keep] for shelf, items in counts.items()}
+    scored = {}
+    for (scope, metric, window), items in counts.items():
+        seen = views[(scope, window)]
+        scores = {i: s * 5 + seen.get(i, 0) if metric == "orders" else s for i, s in items}
+        scored[(scope, metric, window)] = ranked(scores, keep)
+    return scored

@@ -33,6 +33,12 @@ from toplist.snapshots import iso
 SPEC = yaml.safe_load((Path(__file__).resolve().parent.parent / "api" / "openapi.yaml").read_text())
 WINDOWS = ("1h", "24h", "7d", "30d", "all")
 
+
+def fields_named(schema: str, *names: str) -> list[str]:
+    """`schema.name` for each space-separated name."""
+    return [f"{schema}.{name}" for group in names for name in group.split()]
+
+
 # field (as `fields_of_the_answers` names it) -> "module::test" that holds it to its description
 RESTART = "test_kafka_broker::test_a_broker_restart_mid_stream_loses_nothing_and_ingestion_resumes"
 HELD: dict[str, str] = {
@@ -58,6 +64,46 @@ HELD: dict[str, str] = {
         f"{item}.{name}": "test_movement::test_every_board_says_how_its_entries_moved"
         for item in ("Listeners.items", "SaleEntry", "Shelf.items")
         for name in ("move", "peak_rank", "streak")
+    },
+    # A restaurant's shelf: held against tests/boards_reference.py in tests/test_shelf.py.
+    **{
+        f"RestaurantShelf.{name}": "test_shelf::"
+        "test_a_restaurants_shelf_widens_while_it_has_too_few_orders"
+        for name in (
+            "restaurant_id",
+            "window",
+            "window_used",
+            "metric",
+            "k",
+            "items",
+            *(f"items.{f}" for f in ("rank", "item_id", "score", "name", "price_cents")),
+            *(f"items.{f}" for f in ("photo_url", "available")),
+        )
+    },
+    **{
+        f"RestaurantShelf.{name}": "test_shelf::"
+        "test_an_old_or_unreadable_snapshot_gives_each_restaurant_its_fallback_shelf"
+        for name in ("as_of", "snapshot_id", "source")
+    },
+    # Versioned scoring and the rebuild job: tests/test_scoring.py, against the references.
+    **{
+        name: "test_scoring::test_a_scoring_version_is_backfilled_by_a_rebuild_job_and_then_served"
+        for name in fields_named(
+            "Job",
+            "created_at done error job_id kind request result state total updated_at",
+            "request.board request.from request.scope request.scoring_version request.to",
+            "result.entries result.snapshots result.overlap",
+            "result.overlap.against result.overlap.by_list result.overlap.lists",
+            "result.overlap.lowest result.overlap.mean result.overlap.snapshot_id",
+            "result.overlap.top result.overlap.lowest.metric result.overlap.lowest.overlap",
+            "result.overlap.lowest.scope result.overlap.lowest.window",
+        )
+        + fields_named(
+            "RebuildAccepted",
+            "job_id request state request.board request.from request.scope",
+            "request.scoring_version request.to",
+        )
+        + ["RestaurantShelf.scoring_version", "Shelf.scoring_version", "Snapshot.scorings"]
     },
     "Error.error": "test_openapi::test_internal_endpoint_needs_the_token",
     "Error.error.code": "test_openapi::test_internal_endpoint_needs_the_token",
@@ -96,7 +142,14 @@ def fields_of_the_answers() -> dict[str, dict]:
     """The fields of every JSON answer the description gives (requests are not answers)."""
     out: dict[str, dict] = {}
     for name in SPEC["components"]["schemas"]:
-        if name not in ("VoidRequest", "SnapshotFields", "SaleEntry", "ChartItem", "Snapshot"):
+        if name not in (
+            "VoidRequest",
+            "RebuildRequest",
+            "SnapshotFields",
+            "SaleEntry",
+            "ChartItem",
+            "Snapshot",
+        ):
             fields_of(name, {"$ref": f"#/components/schemas/{name}"}, out)
     return {
         # A list's items are named by the schema they are (SaleEntry, ChartItem, Snapshot).

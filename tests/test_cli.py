@@ -258,3 +258,23 @@ def test_serve_on_a_port_in_use_says_so_without_announcing_itself(tmp_path):
     (message,) = [line for line in run.stderr.splitlines() if line.startswith("toplist serve:")]
     assert "in use" in message, run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_shelf_and_scoring_settings_that_cannot_work_are_refused_in_one_line():
+    for env, says in [
+        ({"TOPLIST_SHELF_MIN_ORDERS": "500"}, "TOPLIST_SHELF_MIN_ORDERS (500) cannot exceed"),
+        ({"TOPLIST_SHELF_MIN_ORDERS": "0"}, "TOPLIST_SHELF_MIN_ORDERS must be at least 1"),
+        ({"TOPLIST_SHELF_FALLBACK_AFTER_SECONDS": "-5"}, "must be positive"),
+        ({"TOPLIST_SCORING_VERSION": "v7"}, "TOPLIST_SCORING_VERSION must be one of"),
+        ({"TOPLIST_SCORING_VERSIONS": "v2"}, "v1 among them"),
+        ({"TOPLIST_SCORING_VERSIONS": "v1,v9"}, "TOPLIST_SCORING_VERSIONS must list"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "toplist.cli", "migrate"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            check=False,
+        )
+        assert done.returncode == 2 and says in done.stderr, (env, done.stderr)
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -14,7 +14,13 @@ from ingest.generator import ListenGenerator
 from ingest.load import load_lines
 from publish import dbt
 from publish.publisher import publish
-from toplist.config import PROJECT_ROOT, WINDOW_SECONDS, Config
+from toplist.config import (
+    POPULAR_WINDOW_SECONDS,
+    PROJECT_ROOT,
+    SCORINGS,
+    WINDOW_SECONDS,
+    Config,
+)
 from toplist.migrate import MigrationError, applied, discover, dump_schema, migrate
 
 
@@ -104,3 +110,10 @@ def test_the_api_knows_the_windows_the_models_rank():
     body = re.search(r"macro chart_windows\(\).*?return\((\{.*?\})\)", macro, re.S)
     assert body, "chart_windows() no longer returns a dict literal"
     assert ast.literal_eval(body.group(1).replace("none", "None")) == WINDOW_SECONDS
+    body = re.search(r"macro popular_windows\(\).*?return\((\{.*?\})\)", macro, re.S)
+    assert body, "popular_windows() no longer returns a dict literal"
+    assert ast.literal_eval(body.group(1)) == POPULAR_WINDOW_SECONDS
+    scoring = (PROJECT_ROOT / "macros" / "scoring.sql").read_text()
+    body = re.search(r"macro shelf_scorings\(\).*?return\((\{.*?\})\)", scoring, re.S)
+    assert body, "shelf_scorings() no longer returns a dict literal"
+    assert tuple(ast.literal_eval(body.group(1))) == SCORINGS

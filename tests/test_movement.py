@@ -158,7 +158,9 @@ def test_every_board_says_how_its_entries_moved(client, config, board):
     """The same rule on the other boards: three publications as their events arrive, one
     republished at the same as_of between them, each held to the reference."""
     db = config.database
-    config = replace(config, board_keep_top=8, popular_keep_top=8, popular_k_max=8)
+    config = replace(
+        config, board_keep_top=8, popular_keep_top=8, popular_k_max=8, shelf_min_orders=8
+    )
     lines = board_lines(board)
     if board == "popular":
         load_catalog(client, db, [json.dumps(r) for r in ItemEventGenerator(seed=5).catalog()])

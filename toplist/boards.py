@@ -56,8 +56,13 @@ class Board:
     # The Config field after which a snapshot is reported stale; '' for three missed refreshes.
     stale_setting: str = ""
     # Its snapshot's shape: what the rankings model gives for each column of board_entries
-    # (policy, scope, metric, window_name, rank, item_id, score, extra), named so.
-    entry_columns: str = "policy, scope, metric, window_name, rank, item_id, score, extra"
+    # (policy, scoring, scope, metric, window_name, rank, item_id, score, extra), named so. A
+    # board without scoring versions (macros/scoring.sql) holds its one score as 'v1'.
+    entry_columns: str = (
+        "policy, 'v1' AS scoring, scope, metric, window_name, rank, item_id, score, extra"
+    )
+    # Whether its summary model names the scoring versions it scored with (`scorings`).
+    scored: bool = False
     # The table of its voided event ids (corrections: `toplist void --board`), '' for a board
     # without corrections (live listeners: a playback report is state that expires, not an
     # event that counts).
@@ -115,8 +120,8 @@ CHARTS = Board(
     summary="int_chart__as_of",
     # A chart entry is a song and its listens, once per policy it was ranked with.
     entry_columns=(
-        "policy, scope, 'listens' AS metric, window_name, rank, song_id AS item_id,"
-        " listens AS score, map() AS extra"
+        "policy, 'v1' AS scoring, scope, 'listens' AS metric, window_name, rank,"
+        " song_id AS item_id, listens AS score, map() AS extra"
     ),
     voids="listen_voids",
     void_copies=("song_id", "country", "event_time", "beyond_horizon"),
@@ -177,6 +182,10 @@ BOARDS: dict[str, Board] = {
             idempotent_aggregates=True,
             rankings="popular_rankings",
             summary="popular_summary",
+            entry_columns=(
+                "policy, scoring, scope, metric, window_name, rank, item_id, score, extra"
+            ),
+            scored=True,
             topic_setting="kafka_topic_popular",
             refresh_setting="popular_refresh_seconds",
             keep_top_setting="popular_keep_top",

@@ -494,10 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
     catalog = commands.add_parser(
         "catalog",
         help="load marketplace catalog items from a JSON-lines file",
-        description="Load catalog items (item_id, name, price_cents, available, deleted) that"
-        " the popular-items shelves are filtered by when read: an unavailable, deleted or"
-        " unknown item is never shown. The latest row per item wins. Bad lines are reported"
-        " and skipped (exit status 1).",
+        description="Load catalog items (item_id, name, price_cents; optionally restaurant_id,"
+        " photo_url, available, deleted, featured) that the popular-items shelves are filtered"
+        " by when read: an unavailable, deleted or unknown item is never shown, and a"
+        " restaurant too new to rank shows its featured items. The latest row per item wins."
+        " Bad lines are reported and skipped (exit status 1).",
     )
     catalog.add_argument("file", help="a JSON-lines file, or - for standard input")
     catalog.set_defaults(handler=cmd_catalog)

@@ -74,6 +74,7 @@ EVERY_NODE = {
     "catalog_items",
     "publication_leases",
     "publication_requests",
+    "internal_jobs",
 }
 KEEPER_MAP = {"settings"}
 

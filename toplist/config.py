@@ -23,11 +23,20 @@ WINDOW_SECONDS: dict[str, int | None] = {
     "all": None,
 }
 WINDOWS = tuple(WINDOW_SECONDS)
-# The marketplace shelves' windows (macros/windows.sql) and metrics.
-POPULAR_WINDOWS = ("1m", "1h", "1d")
+# The marketplace shelves' windows and their lengths in seconds (macros/windows.sql; a test
+# holds the two equal) and metrics.
+POPULAR_WINDOW_SECONDS = {"1m": 60, "1h": 3600, "1d": 86400, "7d": 604800, "28d": 2419200}
+POPULAR_WINDOWS = tuple(POPULAR_WINDOW_SECONDS)
+# A restaurant's public shelf: its windows, widest last (a restaurant with too few orders in
+# one is shown the next), and the most items it shows.
+SHELF_WINDOWS = ("1d", "7d", "28d")
+SHELF_K_MAX = 20
 POPULAR_METRICS = ("views", "orders")
 # Every ranking policy version (macros/ranking_policy.sql); a version's meaning never changes.
 POLICIES = ("v1", "v1-ties")
+# Every scoring version of the shelves (macros/scoring.sql; a test holds the two equal). v1
+# scores each metric by its count; the cold start of a restaurant's shelf reads v1's orders.
+SCORINGS = ("v1", "v2")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # ClickHouse's own databases (names compared without case: INFORMATION_SCHEMA and
 # information_schema are both there), which Toplist's tables must never go into.
@@ -100,6 +109,11 @@ class Config:
     # is ranked with (a request may pick any of them with ?policy=).
     policy: str = "v1"
     policies: tuple[str, ...] = POLICIES
+    # The shelves' scoring version an answer uses when the request names none, and the versions
+    # every publication of the shelves scores with (v1 always among them); a version can also be
+    # backfilled into kept snapshots (POST /internal/rebuild) before it is published or served.
+    scoring_version: str = "v1"
+    scoring_versions: tuple[str, ...] = ("v1",)
     snapshot_retention: int = 24
     load_batch_rows: int = 200_000
     # How many parts of each batch are applied side by side, each through its own connection
@@ -141,6 +155,12 @@ class Config:
     board_keep_top: int = 1000
     popular_keep_top: int = 300
     popular_k_max: int = 100
+    # A restaurant's public shelf (GET /v1/restaurants/<id>/popular-items) answers from its
+    # fallback list (top items by all-time orders) when the shelves' snapshot is older than
+    # this, and widens its window (1d -> 7d -> 28d -> featured items) while the restaurant has
+    # fewer than shelf_min_orders orders in it.
+    shelf_fallback_after_seconds: float = 86_400.0
+    shelf_min_orders: int = 20
     # Raw messages as received, kept for audit, replay and crash repair (sql/0010).
     incoming_log_days: int = 7
     # An event that arrives more than this after its event_time is kept in raw but never
@@ -191,6 +211,15 @@ class Config:
             raise ConfigError(
                 f"TOPLIST_POLICY ({self.policy}) must be one of TOPLIST_POLICIES {self.policies}"
             )
+        if self.scoring_version not in SCORINGS:
+            raise ConfigError(
+                f"TOPLIST_SCORING_VERSION must be one of {SCORINGS}, got {self.scoring_version!r}"
+            )
+        if not set(self.scoring_versions) <= set(SCORINGS) or "v1" not in self.scoring_versions:
+            raise ConfigError(
+                f"TOPLIST_SCORING_VERSIONS must list versions from {SCORINGS}, v1 among them"
+                f" (a restaurant's shelf counts its orders by it), got {self.scoring_versions!r}"
+            )
         if self.k_max > self.keep_top:
             raise ConfigError(
                 f"TOPLIST_K_MAX ({self.k_max}) cannot exceed TOPLIST_KEEP_TOP ({self.keep_top}):"
@@ -207,6 +236,13 @@ class Config:
         if self.popular_k_max > self.popular_keep_top:
             raise ConfigError(
                 f"TOPLIST_POPULAR_K_MAX ({self.popular_k_max}) cannot exceed"
+                f" TOPLIST_POPULAR_KEEP_TOP ({self.popular_keep_top})"
+            )
+        if self.shelf_min_orders > self.popular_keep_top:
+            # A restaurant's orders in a window are summed from its kept list: exact below
+            # the kept depth, and at least the kept depth when the list is full.
+            raise ConfigError(
+                f"TOPLIST_SHELF_MIN_ORDERS ({self.shelf_min_orders}) cannot exceed"
                 f" TOPLIST_POPULAR_KEEP_TOP ({self.popular_keep_top})"
             )
         for name, value in (
@@ -292,6 +328,8 @@ class Config:
             default_k=_int(env, "TOPLIST_DEFAULT_K", base.default_k),
             policy=env.get("TOPLIST_POLICY") or base.policy,
             policies=_names(env, "TOPLIST_POLICIES", base.policies),
+            scoring_version=env.get("TOPLIST_SCORING_VERSION") or base.scoring_version,
+            scoring_versions=_names(env, "TOPLIST_SCORING_VERSIONS", base.scoring_versions),
             snapshot_retention=_int(env, "TOPLIST_SNAPSHOT_RETENTION", base.snapshot_retention),
             load_batch_rows=_int(env, "TOPLIST_LOAD_BATCH_ROWS", base.load_batch_rows),
             ingest_lanes=_int(env, "TOPLIST_INGEST_LANES", base.ingest_lanes),
@@ -327,6 +365,10 @@ class Config:
             board_keep_top=_int(env, "TOPLIST_BOARD_KEEP_TOP", base.board_keep_top),
             popular_keep_top=_int(env, "TOPLIST_POPULAR_KEEP_TOP", base.popular_keep_top),
             popular_k_max=_int(env, "TOPLIST_POPULAR_K_MAX", base.popular_k_max),
+            shelf_fallback_after_seconds=_float(
+                env, "TOPLIST_SHELF_FALLBACK_AFTER_SECONDS", base.shelf_fallback_after_seconds
+            ),
+            shelf_min_orders=_int(env, "TOPLIST_SHELF_MIN_ORDERS", base.shelf_min_orders),
             incoming_log_days=_int(env, "TOPLIST_INCOMING_LOG_DAYS", base.incoming_log_days),
             late_horizon_seconds=_int(
                 env, "TOPLIST_LATE_HORIZON_SECONDS", base.late_horizon_seconds, minimum=0

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from clickhouse_connect.driver.client import Client
 
@@ -37,6 +38,7 @@ class Snapshot:
     policies: tuple[str, ...] = ("v1",)  # every policy it was ranked with
     void_count: int = 0  # the voided events it reflects
     stats: dict[str, float] = field(default_factory=dict, hash=False)  # the board's totals
+    scorings: tuple[str, ...] = ("v1",)  # every scoring version it holds (sql/0028)
 
     @property
     def started_at(self) -> float:
@@ -57,7 +59,7 @@ class Snapshot:
 
 COLUMNS = (
     "board, snapshot_id, as_of, policy, published_at, entry_count, keep_top, duration_ms,"
-    " policies, void_count, stats"
+    " policies, void_count, stats, scorings"
 )
 COLUMN_NAMES = [name.strip() for name in COLUMNS.split(",")]
 
@@ -75,7 +77,7 @@ def utc(moment: datetime) -> datetime:
 
 def from_row(row: tuple) -> Snapshot:
     board, snapshot_id, as_of, policy, published_at, count, keep_top, duration_ms = row[:8]
-    policies, void_count, stats = row[8:]
+    policies, void_count, stats, scorings = row[8:]
     return Snapshot(
         board=board,
         snapshot_id=snapshot_id,
@@ -88,6 +90,7 @@ def from_row(row: tuple) -> Snapshot:
         policies=tuple(policies),
         void_count=int(void_count),
         stats={name: float(value) for name, value in stats.items()},
+        scorings=tuple(scorings),
     )
 
 
@@ -141,9 +144,9 @@ def wait_for_publication(
 # Its first line is a JSON header (the registry row, the catalog rows, and where each ranked
 # list is); each list follows as a JSON line of its own, so a reader reads the file whole but
 # decodes only the lists it serves (a big board's file is read in milliseconds).
-FILE_FORMAT = 2
+FILE_FORMAT = 3
 
-ListKey = tuple[str, str, str, str]  # metric, window, scope, policy
+ListKey = tuple[str, str, str, str, str]  # metric, window, scope, policy, scoring
 Row = tuple[int, str, int, dict[str, float]]  # rank, item_id, score, extra
 
 
@@ -154,7 +157,7 @@ class SnapshotFile:
 
     snapshot: Snapshot
     scopes: list[str]  # `global` first
-    shown: dict[str, tuple[str, int]] | None  # item_id -> (name, price_cents)
+    shown: dict[str, CatalogItem] | None  # by item_id
     data: bytes = field(repr=False)
     where: dict[ListKey, tuple[int, int]] = field(repr=False)  # list -> (offset, length)
 
@@ -170,22 +173,76 @@ def snapshot_path(directory: Path, board: str) -> Path:
     return directory / f"{board}.json"
 
 
-def shown_items(client: Client, database: str, item_ids: list[str]) -> dict[str, tuple[str, int]]:
-    """item_id -> (name, price_cents) of the items the catalog lets a shelf show: available
-    and not deleted, by the latest row per item (sql/0017 catalog_items)."""
+class CatalogItem(NamedTuple):
+    """What a shelf shows of an item besides its rank and score (sql/0017, 0027)."""
+
+    name: str
+    price_cents: int
+    photo_url: str = ""
+
+
+# The catalog as it stands: the latest row per item (sql/0017 catalog_items, 0027) of the items
+# it lets a shelf show (available and not deleted), and `{where}` on the latest rows.
+_SHOWN = """
+    SELECT item_id, latest.2, latest.3, latest.4 FROM (
+        SELECT item_id,
+               argMax((restaurant_id, name, price_cents, photo_url, available, deleted, featured),
+                      updated_at) AS latest
+        FROM {database}.catalog_items
+        {prewhere}
+        GROUP BY item_id
+    )
+    WHERE latest.5 AND NOT latest.6 {where}
+    ORDER BY item_id
+"""
+
+
+def shown_items(client: Client, database: str, item_ids: list[str]) -> dict[str, CatalogItem]:
+    """item_id -> what a shelf shows of it, for the items the catalog lets a shelf show now."""
     if not item_ids:
         return {}
     rows = client.query(
-        f"""
-        SELECT item_id, argMax(name, updated_at), argMax(price_cents, updated_at)
-        FROM {database}.catalog_items
-        WHERE item_id IN {{ids:Array(String)}}
-        GROUP BY item_id
-        HAVING argMax(available, updated_at) AND NOT argMax(deleted, updated_at)
-        """,
+        _SHOWN.format(database=database, prewhere="WHERE item_id IN {ids:Array(String)}", where=""),
         parameters={"ids": item_ids},
     ).result_rows
-    return {item_id: (name, int(price)) for item_id, name, price in rows}
+    return {item_id: CatalogItem(name, int(price), photo) for item_id, name, price, photo in rows}
+
+
+def featured_items(client: Client, database: str, restaurant_id: str) -> dict[str, CatalogItem]:
+    """The items a restaurant's catalog rows mark featured that a shelf may show, by item_id
+    (the shelf of a restaurant too new to rank: api/boards.py)."""
+    rows = client.query(
+        _SHOWN.format(
+            database=database,
+            prewhere="",
+            where="AND latest.7 AND latest.1 = {restaurant:String}",
+        ),
+        parameters={"restaurant": restaurant_id},
+    ).result_rows
+    return {item_id: CatalogItem(name, int(price), photo) for item_id, name, price, photo in rows}
+
+
+def fallback_shelf(
+    client: Client, database: str, restaurant_id: str
+) -> tuple[datetime | None, list[tuple[str, int]]]:
+    """A restaurant's fallback shelf as the board's last publication left it
+    (models/boards/popular/popular_fallback.sql): its as_of and [(item_id, all-time orders)]
+    in rank order; (None, []) when none was ever built."""
+    try:
+        rows = client.query(
+            f"""
+            SELECT as_of, item_id, orders FROM {database}.popular_fallback
+            WHERE restaurant_id = {{restaurant:String}} ORDER BY rank
+            """,
+            parameters={"restaurant": restaurant_id},
+        ).result_rows
+    except Exception as error:  # never built: no publication of the board yet
+        if "UNKNOWN_TABLE" in str(error) or "doesn't exist" in str(error):
+            return None, []
+        raise
+    if not rows:
+        return None, []
+    return utc(rows[0][0]), [(item_id, int(orders)) for _, item_id, orders in rows]
 
 
 def write_file(
@@ -195,13 +252,13 @@ def write_file(
     # Each list encoded by the engine, in rank order: [[rank, item_id, score, {extra}], ...]
     lists = client.query(
         f"""
-        SELECT metric, window_name, scope, policy,
+        SELECT metric, window_name, scope, policy, scoring,
                toJSONString(arraySort(x -> (x.1, x.2), groupArray((rank, item_id, score, extra)))),
                {"groupArray(item_id)" if catalog else "[]"}
         FROM {database}.{ENTRIES}
         WHERE board = {{board:String}} AND snapshot_id = {{id:String}}
-        GROUP BY metric, window_name, scope, policy
-        ORDER BY metric, window_name, scope, policy
+        GROUP BY metric, window_name, scope, policy, scoring
+        ORDER BY metric, window_name, scope, policy, scoring
         SETTINGS output_format_json_quote_64bit_integers = 0
         """,
         parameters={"board": snapshot.board, "id": snapshot.snapshot_id},
@@ -212,11 +269,11 @@ def write_file(
     }
     shown = None
     if catalog:
-        shown = shown_items(client, database, sorted({i for row in lists for i in row[5]}))
-    encoded = [row[4].encode() + b"\n" for row in lists]
+        shown = shown_items(client, database, sorted({i for row in lists for i in row[6]}))
+    encoded = [row[5].encode() + b"\n" for row in lists]
     where, offset = [], 0
-    for (metric, window, scope, policy, *_), line in zip(lists, encoded, strict=True):
-        where.append([metric, window, scope, policy, offset, len(line) - 1])
+    for (metric, window, scope, policy, scoring, *_), line in zip(lists, encoded, strict=True):
+        where.append([metric, window, scope, policy, scoring, offset, len(line) - 1])
         offset += len(line)
     header = _json({"format": FILE_FORMAT, "snapshot": meta, "shown": shown, "lists": where})
     directory.mkdir(parents=True, exist_ok=True)
@@ -253,16 +310,17 @@ def read_file(path: Path) -> SnapshotFile | None:
             "as_of": datetime.fromisoformat(meta["as_of"]),
             "published_at": datetime.fromisoformat(meta["published_at"]),
             "policies": tuple(meta["policies"]),
+            "scorings": tuple(meta.get("scorings", ("v1",))),
         }
     )
     where = {
-        (metric, window, scope, policy): (end + 1 + offset, length)
-        for metric, window, scope, policy, offset, length in header["lists"]
+        (metric, window, scope, policy, scoring): (end + 1 + offset, length)
+        for metric, window, scope, policy, scoring, offset, length in header["lists"]
     }
     scopes = sorted({key[2] for key in where}, key=lambda scope: (scope != "global", scope))
     shown = header.get("shown")
     if shown is not None:
-        shown = {item: (name, int(price)) for item, (name, price) in shown.items()}
+        shown = {item: CatalogItem(row[0], int(row[1]), *row[2:]) for item, row in shown.items()}
     return SnapshotFile(snapshot, scopes, shown, data, where)
 
 

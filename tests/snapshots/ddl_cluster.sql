@@ -2739,3 +2739,35 @@ SELECT
     uniqExactState(toplist_item_counted(type, user_id, event_time, event_id)) AS counted
 FROM toplist.item_events_local
 GROUP BY minute, city_id, restaurant_id, item_id, type;
+
+-- 0027_restaurant_shelves.sql
+
+ALTER TABLE toplist.catalog_items ON CLUSTER 'toplist'
+ADD COLUMN IF NOT EXISTS restaurant_id String DEFAULT '' AFTER item_id,
+    ADD COLUMN IF NOT EXISTS photo_url String DEFAULT '' AFTER price_cents,
+    ADD COLUMN IF NOT EXISTS featured Bool DEFAULT false AFTER deleted;
+
+-- 0028_scoring_versions.sql
+
+ALTER TABLE toplist.board_entries ON CLUSTER 'toplist'
+ADD COLUMN IF NOT EXISTS scoring LowCardinality(String) DEFAULT 'v1';
+
+ALTER TABLE toplist.board_snapshots ON CLUSTER 'toplist'
+ADD COLUMN IF NOT EXISTS scorings Array(LowCardinality(String)) DEFAULT ['v1'];
+
+CREATE TABLE IF NOT EXISTS toplist.internal_jobs ON CLUSTER 'toplist'
+(
+    job_id String,
+    kind LowCardinality(String),
+    request String,
+    state LowCardinality(String),
+    done UInt32,
+    total UInt32,
+    result String,
+    error String,
+    created_at DateTime64(3, 'UTC'),
+    updated_at DateTime64(6, 'UTC') DEFAULT now64(6)
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/toplist/internal_jobs', '{replica}', updated_at)
+ORDER BY job_id
+TTL toDateTime(updated_at) + INTERVAL 30 DAY;

@@ -1,6 +1,7 @@
 {{ config(order_by='tuple()') }}
 
-{#- One row: the shelves' as_of (on the minute), and the global views and orders per window. -#}
+{#- One row: the shelves' as_of (on the minute), the global views and orders per window, and
+    how many restaurants have a fallback shelf (built with every publication). -#}
 
 with
 
@@ -27,12 +28,15 @@ select
     as_of.as_of as as_of,
     'v1' as policy,
     ['v1'] as policies,
+    {{ var('scorings') }} :: Array(LowCardinality(String)) as scorings,
     map(
         'views_1h', totals.views_1h,
         'orders_1h', totals.orders_1h,
         'views_1d', totals.views_1d,
         'orders_1d', totals.orders_1d,
-        'items_1d', totals.items_1d
+        'items_1d', totals.items_1d,
+        'fallback_restaurants',
+            toFloat64((select uniqExact(restaurant_id) from {{ ref('popular_fallback') }}))
     ) :: Map(LowCardinality(String), Float64) as stats
 from as_of
 cross join totals
