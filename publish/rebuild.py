@@ -27,7 +27,7 @@ from publish.publisher import rank, write_snapshot_file
 from toplist.boards import board as find_board
 from toplist.config import Config
 from toplist.engine import connect
-from toplist.jobs import kept_snapshots, queued, record
+from toplist.jobs import kept_snapshots, queued, record, unfinished
 from toplist.snapshots import ENTRIES, REGISTRY, current_snapshot
 
 log = logging.getLogger(__name__)
@@ -165,11 +165,28 @@ def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
+# The databases whose interrupted jobs this process has looked for (once, at its first run).
+_recovered: set[str] = set()
+
+
 def run_queued(config: Config) -> int:
     """Run the queued jobs, oldest first, recording each one's progress and its result or
-    error; returns how many ran. A scheduler job (publish/scheduler.py) and plain to call."""
+    error; returns how many ran. A scheduler job (publish/scheduler.py) and plain to call.
+    At its first run in a process, a job left running by a process that stopped is marked
+    failed, saying so (one scheduler runs a deployment's jobs)."""
     client = connect(config)
     try:
+        if config.database not in _recovered:
+            for job in unfinished(client, config.database):
+                log.warning("job %s was left running; marking it failed", job.job_id)
+                record(
+                    client,
+                    config.database,
+                    job,
+                    state="failed",
+                    error="interrupted: the process running it stopped; submit it again",
+                )
+            _recovered.add(config.database)
         jobs = [job for job in queued(client, config.database) if job.kind == KIND]
         for job in jobs:
             job = record(client, config.database, job, state="running")

@@ -18,6 +18,7 @@ from ingest.board_events import ItemEventGenerator
 from ingest.catalog import load_catalog
 from publish.publisher import publish
 from publish.rebuild import run_queued
+from toplist.jobs import record, submit
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
 TOKEN = "scoring-test-token"
@@ -103,6 +104,11 @@ def test_a_scoring_version_is_backfilled_by_a_rebuild_job_and_then_served(client
     assert api.post("/internal/rebuild", json={"board": "popular"}).status_code == 401
     assert api.get("/internal/jobs/nope", headers=AUTH).status_code == 404
 
+    # A job left running by a process that stopped: the runner's first run says so.
+    left = record(
+        client, config.database, submit(client, config.database, "rebuild", {}), state="running"
+    )
+
     # The backfill: queued, run by the job runner, then its result.
     answer = api.post(
         "/internal/rebuild", json={"board": "popular", "scoring_version": "v2"}, headers=AUTH
@@ -122,6 +128,8 @@ def test_a_scoring_version_is_backfilled_by_a_rebuild_job_and_then_served(client
     assert run_queued(config) == 1
     job = api.get(f"/internal/jobs/{job_id}", headers=AUTH).get_json()
     assert (job["state"], job["done"], job["total"], job["error"]) == ("succeeded", 3, 3, None)
+    interrupted = api.get(f"/internal/jobs/{left.job_id}", headers=AUTH).get_json()
+    assert interrupted["state"] == "failed" and interrupted["error"].startswith("interrupted")
     result = job["result"]
     assert result["snapshots"] == 3
     written = client.command(

@@ -232,8 +232,17 @@ def find(client: Client, database: str, job_id: str) -> Job | None:
     return _job(rows[0]) if rows else None
 
 
-def queued(client: Client, database: str) -> list[Job]:
-    """The jobs waiting to run, oldest first."""
+def _in_state(client: Client, database: str, state: str) -> list[Job]:
     rows = client.query(_SELECT.format(database=database, where="")).result_rows
     jobs = [_job(row) for row in rows]
-    return sorted((job for job in jobs if job.state == "queued"), key=lambda job: job.created_at)
+    return sorted((job for job in jobs if job.state == state), key=lambda job: job.created_at)
+
+
+def queued(client: Client, database: str) -> list[Job]:
+    """The jobs waiting to run, oldest first."""
+    return _in_state(client, database, "queued")
+
+
+def unfinished(client: Client, database: str) -> list[Job]:
+    """The jobs recorded as running."""
+    return _in_state(client, database, "running")
