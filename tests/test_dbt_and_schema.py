@@ -35,9 +35,11 @@ def test_dbt_build_passes_models_data_tests_and_unit_tests_on_the_embedded_engin
     assert set(kinds) >= {"model", "test", "unit_test"}, f"dbt build ran only {set(kinds)}"
     assert len(kinds["unit_test"]) >= 6, "window bounds, tie-break, cutoff, fewer-than-k, ties"
     unit_tests = {r.node.name for r in result.results if r.node.resource_type == "unit_test"}
-    assert {"v1_is_unchanged_beside_v1_ties", "v1_ties_shares_ranks_and_skips_after_a_tie"} <= (
-        unit_tests
-    ), f"the v1-ties unit tests did not run: {sorted(unit_tests)}"
+    assert {
+        "v1_is_unchanged_beside_v1_ties",
+        "v1_ties_shares_ranks_and_skips_after_a_tie",
+        "shelves_are_scored_by_each_scoring_version",
+    } <= unit_tests, f"the policy and scoring unit tests did not run: {sorted(unit_tests)}"
     failed = [
         status
         for statuses in kinds.values()
