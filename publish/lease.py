@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -121,16 +122,31 @@ def release(client: Client, config: Config, board: str, term: int, holder: str =
     _insert(client, config.database, board, term, "release", holder)
 
 
+# Within one process every claim names the same holder, so the lease alone would let two of
+# its threads (the board's scheduled publication and a requested one, or a rebuild job) into
+# one board at once: they would share its model tables, and the older snapshot's file could be
+# written last. A lock per board keeps them one at a time; the lease keeps out other processes.
+_locks_lock = threading.Lock()
+_locks: dict[tuple[str, str], threading.Lock] = {}
+
+
+def _board_lock(config: Config, board: str) -> threading.Lock:
+    with _locks_lock:
+        return _locks.setdefault((config.database, board), threading.Lock())
+
+
 @contextmanager
 def publication_lease(
     client: Client, config: Config, board: str, holder: str = PROCESS
 ) -> Iterator[Lease]:
-    """Hold the board's lease for the duration of the block."""
-    lease = claim(client, config, board, holder)
-    try:
-        yield lease
-    finally:
+    """Hold the board's lease for the duration of the block (one thread of this process at a
+    time, and no other process)."""
+    with _board_lock(config, board):
+        lease = claim(client, config, board, holder)
         try:
-            release(client, config, board, lease.term, holder)
-        except Exception:  # it lapses after LEASE_SECONDS
-            log.exception("could not release the %s publication lease", board)
+            yield lease
+        finally:
+            try:
+                release(client, config, board, lease.term, holder)
+            except Exception:  # it lapses after LEASE_SECONDS
+                log.exception("could not release the %s publication lease", board)

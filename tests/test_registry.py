@@ -3,6 +3,8 @@ publication and answers, and the publication stage's guarantees on every board."
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -16,7 +18,8 @@ from publish import dbt
 from publish.lease import LeaseRefused, claim, release, take_term
 from publish.publisher import publish
 from toplist.boards import BOARDS
-from toplist.snapshots import ENTRIES, current_snapshot
+from toplist.engine import connect
+from toplist.snapshots import ENTRIES, current_snapshot, read_snapshot_id, snapshot_path
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
 
@@ -112,6 +115,43 @@ def test_two_publishers_of_one_board_never_interleave(client, config):
         take_term(client, config.database, "charts", term + 1, "host-b:2:bb")
     # Embedded, no other process can be alive: a claim left by another one is a dead one's.
     assert publish(client, config, NOW).board == "charts"
+
+
+def test_two_threads_publishing_one_board_take_turns_and_the_file_holds_the_last(
+    client, config, tmp_path
+):
+    """In one process every claim names the same holder: the scheduled publication and a
+    requested one (or a rebuild job) must still take turns, or they would share the board's
+    model tables and the older snapshot's file could be written last (seen in CI: a worker
+    kept serving the older of two snapshots published 18 ms apart)."""
+    config = replace(config, snapshot_dir=tmp_path)
+    load_lines(client, config.database, _events("sale"), board=BOARDS["sale"])
+    inside, overlapped = [0], []
+    guard = threading.Lock()
+
+    def slow_commit(_snapshot_id: str) -> None:
+        with guard:
+            inside[0] += 1
+            overlapped.append(inside[0] > 1)
+        time.sleep(0.5)
+        with guard:
+            inside[0] -= 1
+
+    threads = [
+        threading.Thread(
+            target=publish,
+            args=(client if n == 0 else connect(config), config, NOW),
+            kwargs={"board": "sale", "before_commit": slow_commit},
+        )
+        for n in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert overlapped == [False, False], "two publications of one board were inside at once"
+    current = current_snapshot(client, config.database, "sale")
+    assert read_snapshot_id(snapshot_path(config.snapshot_files, "sale")) == current.snapshot_id
 
 
 def test_a_correction_asks_the_publisher_and_says_when_none_answers(client, config):
