@@ -348,11 +348,15 @@ def restaurant_shelf(restaurant_id: str):  # type: ignore[no-untyped-def]
             f" got {restaurant_id!r}",
         )
     k = parse_k(8, SHELF_K_MAX)
+    offset = parse_offset(config.popular_keep_top)
     metric = _one_of("metric", POPULAR_METRICS, "orders")
     window = _one_of("window", SHELF_WINDOWS, "1d")
     version = _scoring_version()
     store = _store("popular")
     head = {"restaurant_id": restaurant_id, "window": window, "k": k}
+    # The shelf is chosen on its whole shown list (a page past its end is empty, not a reason
+    # to widen), drawn up to the page's end; the page is its last k.
+    upto = offset + k
 
     snapshot, why = None, ""
     try:
@@ -365,8 +369,8 @@ def restaurant_shelf(restaurant_id: str):  # type: ignore[no-untyped-def]
                 why = f"the shelves' snapshot was published {age:.0f} s ago"
             else:
                 _scored(snapshot, version)
-                shelf = _ranked_shelf(store, snapshot, restaurant_id, metric, window, version, k)
-                return _no_cache({**head, **shelf})
+                shelf = _ranked_shelf(store, snapshot, restaurant_id, metric, window, version, upto)
+                return _no_cache({**head, **shelf, "items": shelf["items"][offset:]})
     except ApiError:
         raise
     except Exception:  # the ranking cannot be read: the shelf is the fallback list
@@ -374,10 +378,10 @@ def restaurant_shelf(restaurant_id: str):  # type: ignore[no-untyped-def]
         why = "the shelves' snapshot cannot be read"
     log.info("restaurant %r: fallback shelf (%s)", restaurant_id, why)
     as_of, ranked = store.fallback(restaurant_id)
-    items = _on_shelf(store, None, list(ranked), k)
+    items = _on_shelf(store, None, list(ranked), upto)
     used = "all"
     if not items:
-        items, used = _featured(store, restaurant_id, k), "featured"
+        items, used = _featured(store, restaurant_id, upto), "featured"
     return _no_cache(
         {
             **head,
@@ -387,7 +391,7 @@ def restaurant_shelf(restaurant_id: str):  # type: ignore[no-untyped-def]
             "scoring_version": "v1",
             "window_used": used,
             "source": "fallback",
-            "items": items,
+            "items": items[offset:],
         }
     )
 

@@ -158,6 +158,19 @@ def test_a_restaurants_shelf_widens_while_it_has_too_few_orders(client, config):
         "photo_url": "https://img.example.com/busy-0.jpg",
         "available": True,
     }
+    # Pages: every item once, in order, the last page short, past the end empty; the window
+    # used is chosen on the whole shelf (weekly's second page is still its 7d list).
+    for restaurant in ("busy", "weekly", "monthly"):
+        whole = shelf(api, restaurant, "?k=8")
+        pages = [shelf(api, restaurant, f"?k=2&offset={at}") for at in (0, 2, 4, 6)]
+        assert {page["window_used"] for page in pages} == {whole["window_used"]}
+        paged = [(row["item_id"], row["score"]) for page in pages for row in page["items"]]
+        assert paged == [(row["item_id"], row["score"]) for row in whole["items"]]
+        assert [row["rank"] for page in pages for row in page["items"]] == list(
+            range(1, len(paged) + 1)
+        )
+    assert shelf(api, "weekly", "?k=2&offset=300")["items"] == []
+    assert api.get("/v1/restaurants/busy/popular-items?offset=301").status_code == 400
     fresh = shelf(api, "fresh")
     assert items(fresh) == featured(catalog, "fresh", 8) == [("fresh-2", None)]
     assert shelf(api, "nobody")["items"] == []  # no orders and nothing featured
