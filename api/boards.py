@@ -290,9 +290,7 @@ def topk():  # type: ignore[no-untyped-def]
     if store.catalog_in_snapshot:  # the catalog rows came with the snapshot: fixed by it
         return from_snapshot(snapshot, ("topk", scope, metric, window, version, k, offset), body)
     stale, _, _ = freshness(toplist().config, snapshot)
-    response = jsonify(body(stale))
-    response.cache_control.no_cache = True  # the catalog may change before the next snapshot
-    return response
+    return _no_cache(body(stale))
 
 
 def _no_cache(body: dict[str, object]) -> Response:
@@ -306,7 +304,13 @@ def _on_shelf(
 ) -> list[dict[str, object]]:
     """The first k of `ranked` [(item_id, score)] that the catalog lets a shelf show, ranked
     again 1..k among themselves, with what the catalog says of each."""
-    shown = store.shown_items(snapshot, [item_id for item_id, _ in ranked])
+    return _shelf_items(store.shown_items(snapshot, [item_id for item_id, _ in ranked]), ranked, k)
+
+
+def _shelf_items(
+    shown: dict[str, CatalogItem], ranked: list[tuple[str, int | None]], k: int
+) -> list[dict[str, object]]:
+    """The first k of `ranked` that are in `shown`, ranked 1..k, with their catalog fields."""
     items: list[dict[str, object]] = []
     for item_id, score in ranked:
         item: CatalogItem | None = shown.get(item_id)
@@ -329,8 +333,8 @@ def _on_shelf(
 
 
 def _featured(store: SnapshotStore, restaurant_id: str, k: int) -> list[dict[str, object]]:
-    featured = store.featured(restaurant_id)
-    return _on_shelf(store, None, [(item_id, None) for item_id in featured], k)
+    featured = store.featured(restaurant_id)  # the catalog's rows, of items it lets show
+    return _shelf_items(featured, [(item_id, None) for item_id in featured], k)
 
 
 @boards.get("/v1/restaurants/<path:restaurant_id>/popular-items")

@@ -47,17 +47,18 @@ def rebuild(
     # lists are copied.
     ranking = replace(config, scoring_versions=tuple(dict.fromkeys(("v1", version))))
     one_scope = "" if scope == "all" else " AND scope = {scope:String}"
+    # the version's entries of the scope in one snapshot: what is replaced, and counted
+    these = (
+        "board = {board:String} AND snapshot_id = {id:String} AND scoring = {scoring:String}"
+        + one_scope
+    )
     entries = 0
     progress(0, len(kept))
     for done, (snapshot_id, as_of, _) in enumerate(kept, 1):
         params = {"board": board.name, "id": snapshot_id, "scoring": version, "scope": scope}
         with publication_lease(client, config, board.name):
             rank(client, ranking, board, as_of)
-            client.command(
-                f"DELETE FROM {db}.{ENTRIES} WHERE board = {{board:String}}"
-                f" AND snapshot_id = {{id:String}} AND scoring = {{scoring:String}}{one_scope}",
-                parameters=params,
-            )
+            client.command(f"DELETE FROM {db}.{ENTRIES} WHERE {these}", parameters=params)
             client.command(
                 f"""
                 INSERT INTO {db}.{ENTRIES}
@@ -71,9 +72,7 @@ def rebuild(
             )
             entries += int(
                 client.command(
-                    f"SELECT count() FROM {db}.{ENTRIES} WHERE board = {{board:String}}"
-                    f" AND snapshot_id = {{id:String}} AND scoring = {{scoring:String}}{one_scope}",
-                    parameters=params,
+                    f"SELECT count() FROM {db}.{ENTRIES} WHERE {these}", parameters=params
                 )
             )
             # The row changes (the version, and when it was rebuilt), so every reader's cache

@@ -20,6 +20,17 @@ def toplist(tmp_path, *args: str, stdin: str | None = None) -> subprocess.Comple
     return _on_data_dir(tmp_path, ["-m", "toplist.cli", *args], stdin)
 
 
+def with_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """The CLI with these arguments and environment variables set (no data directory)."""
+    return subprocess.run(
+        [sys.executable, "-m", "toplist.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
 def _on_data_dir(tmp_path, argv: list[str], stdin: str | None) -> subprocess.CompletedProcess:
     """Python with these arguments, as a process of its own on the test's data directory.
 
@@ -94,13 +105,7 @@ def test_bad_input_gets_a_clear_message(tmp_path):
     bad_workers = toplist(tmp_path, "serve", "--workers", "-1")
     assert bad_workers.returncode == 2 and "not a number of processes" in bad_workers.stderr
     assert "Traceback" not in bad_workers.stderr
-    bad_config = subprocess.run(
-        [sys.executable, "-m", "toplist.cli", "migrate"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TOPLIST_KEEP_TOP": "many"},
-        check=False,
-    )
+    bad_config = with_env({"TOPLIST_KEEP_TOP": "many"}, "migrate")
     assert bad_config.returncode == 2 and "TOPLIST_KEEP_TOP must be an integer" in bad_config.stderr
 
 
@@ -124,13 +129,7 @@ def test_migrate_render_prints_the_cluster_ddl_and_connects_to_nothing(tmp_path)
     alone = toplist(tmp_path, "migrate", "--cluster", "toplist")
     assert alone.returncode == 2 and "--cluster goes with --render" in alone.stderr
     on_cluster = {"TOPLIST_CLICKHOUSE_URL": "http://127.0.0.1:9", "TOPLIST_CLICKHOUSE_CLUSTER": "x"}
-    rebuild = subprocess.run(
-        [sys.executable, "-m", "toplist.cli", "rebuild"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **on_cluster},
-        check=False,
-    )
+    rebuild = with_env(on_cluster, "rebuild")
     assert rebuild.returncode == 2 and "not built for a cluster" in rebuild.stderr
 
 
@@ -269,12 +268,6 @@ def test_shelf_and_scoring_settings_that_cannot_work_are_refused_in_one_line():
         ({"TOPLIST_SCORING_VERSIONS": "v2"}, "v1 among them"),
         ({"TOPLIST_SCORING_VERSIONS": "v1,v9"}, "TOPLIST_SCORING_VERSIONS must list"),
     ]:
-        done = subprocess.run(
-            [sys.executable, "-m", "toplist.cli", "migrate"],
-            capture_output=True,
-            text=True,
-            env={**os.environ, **env},
-            check=False,
-        )
+        done = with_env(env, "migrate")
         assert done.returncode == 2 and says in done.stderr, (env, done.stderr)
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -21,6 +21,7 @@ from pathlib import Path
 from toplist.boards import BOARDS, CHARTS, VOIDABLE
 from toplist.config import Config, ConfigError
 from toplist.engine import connect, session
+from toplist.snapshots import parse_time
 
 log = logging.getLogger("toplist")
 
@@ -30,12 +31,11 @@ def _time(value: str) -> datetime:
     try:
         if value.isdigit():
             return datetime.fromtimestamp(int(value) / 1000, UTC)
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        return parse_time(value)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"not a time: {value!r} (use e.g. 2026-12-02T17:50:00Z)"
         ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def _say(message: str) -> None:

@@ -19,7 +19,7 @@ from clickhouse_connect.driver.client import Client
 
 from toplist.boards import BOARDS
 from toplist.config import SCORINGS, Config
-from toplist.snapshots import REGISTRY, iso, utc
+from toplist.snapshots import REGISTRY, iso, parse_time, utc
 
 JOBS = "internal_jobs"
 STATES = ("queued", "running", "succeeded", "failed")
@@ -73,12 +73,11 @@ def _time(body: dict, name: str) -> datetime | None:
     try:
         if not isinstance(value, str):
             raise ValueError
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        return parse_time(value)
     except ValueError:
         raise JobRequestError(
             "invalid_time", f"{name} must be an RFC 3339 time such as 2026-12-01T00:00:00Z"
         ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def rebuild_request(client: Client, config: Config, body: object) -> dict[str, object]:
@@ -201,10 +200,11 @@ def _write(client: Client, database: str, job: Job) -> None:
 
 
 _SELECT = f"""
-    SELECT job_id, argMax(tuple({", ".join(_COLUMNS[1:])}, updated_at), updated_at)
+    SELECT job_id, argMax(tuple({", ".join(_COLUMNS[1:])}, updated_at), updated_at) AS latest
     FROM {{database}}.{JOBS}
     {{where}}
     GROUP BY job_id
+    {{having}}
 """
 
 
@@ -226,16 +226,20 @@ def _job(row: tuple) -> Job:
 
 def find(client: Client, database: str, job_id: str) -> Job | None:
     rows = client.query(
-        _SELECT.format(database=database, where="WHERE job_id = {id:String}"),
+        _SELECT.format(database=database, where="WHERE job_id = {id:String}", having=""),
         parameters={"id": job_id},
     ).result_rows
     return _job(rows[0]) if rows else None
 
 
 def _in_state(client: Client, database: str, state: str) -> list[Job]:
-    rows = client.query(_SELECT.format(database=database, where="")).result_rows
-    jobs = [_job(row) for row in rows]
-    return sorted((job for job in jobs if job.state == state), key=lambda job: job.created_at)
+    """The jobs whose latest state is `state`, oldest first (read each second: the filter is
+    the engine's, not a decode of every job kept)."""
+    rows = client.query(
+        _SELECT.format(database=database, where="", having="HAVING latest.3 = {state:String}"),
+        parameters={"state": state},
+    ).result_rows
+    return sorted((_job(row) for row in rows), key=lambda job: job.created_at)
 
 
 def queued(client: Client, database: str) -> list[Job]:

@@ -75,6 +75,11 @@ def utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+def parse_time(value: str) -> datetime:
+    """An RFC 3339 time (Z or an offset; none means UTC), in UTC; a ValueError otherwise."""
+    return utc(datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00")))
+
+
 def from_row(row: tuple) -> Snapshot:
     board, snapshot_id, as_of, policy, published_at, count, keep_top, duration_ms = row[:8]
     policies, void_count, stats, scorings = row[8:]
@@ -201,23 +206,26 @@ def shown_items(client: Client, database: str, item_ids: list[str]) -> dict[str,
     """item_id -> what a shelf shows of it, for the items the catalog lets a shelf show now."""
     if not item_ids:
         return {}
-    rows = client.query(
-        _SHOWN.format(database=database, prewhere="WHERE item_id IN {ids:Array(String)}", where=""),
-        parameters={"ids": item_ids},
-    ).result_rows
-    return {item_id: CatalogItem(name, int(price), photo) for item_id, name, price, photo in rows}
+    return _catalog(client, database, "WHERE item_id IN {ids:Array(String)}", "", {"ids": item_ids})
 
 
 def featured_items(client: Client, database: str, restaurant_id: str) -> dict[str, CatalogItem]:
     """The items a restaurant's catalog rows mark featured that a shelf may show, by item_id
     (the shelf of a restaurant too new to rank: api/boards.py)."""
+    return _catalog(
+        client,
+        database,
+        "",
+        "AND latest.7 AND latest.1 = {restaurant:String}",
+        {"restaurant": restaurant_id},
+    )
+
+
+def _catalog(
+    client: Client, database: str, prewhere: str, where: str, parameters: dict[str, object]
+) -> dict[str, CatalogItem]:
     rows = client.query(
-        _SHOWN.format(
-            database=database,
-            prewhere="",
-            where="AND latest.7 AND latest.1 = {restaurant:String}",
-        ),
-        parameters={"restaurant": restaurant_id},
+        _SHOWN.format(database=database, prewhere=prewhere, where=where), parameters=parameters
     ).result_rows
     return {item_id: CatalogItem(name, int(price), photo) for item_id, name, price, photo in rows}
 
@@ -310,7 +318,7 @@ def read_file(path: Path) -> SnapshotFile | None:
             "as_of": datetime.fromisoformat(meta["as_of"]),
             "published_at": datetime.fromisoformat(meta["published_at"]),
             "policies": tuple(meta["policies"]),
-            "scorings": tuple(meta.get("scorings", ("v1",))),
+            "scorings": tuple(meta["scorings"]),
         }
     )
     where = {
@@ -320,7 +328,10 @@ def read_file(path: Path) -> SnapshotFile | None:
     scopes = sorted({key[2] for key in where}, key=lambda scope: (scope != "global", scope))
     shown = header.get("shown")
     if shown is not None:
-        shown = {item: CatalogItem(row[0], int(row[1]), *row[2:]) for item, row in shown.items()}
+        shown = {
+            item: CatalogItem(name, int(price), photo)
+            for item, (name, price, photo) in shown.items()
+        }
     return SnapshotFile(snapshot, scopes, shown, data, where)
 
 
