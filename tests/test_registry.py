@@ -117,15 +117,16 @@ def test_two_publishers_of_one_board_never_interleave(client, config):
     assert publish(client, config, NOW).board == "charts"
 
 
+@pytest.mark.parametrize("board", list(BOARDS))
 def test_two_threads_publishing_one_board_take_turns_and_the_file_holds_the_last(
-    client, config, tmp_path
+    client, config, tmp_path, board
 ):
     """In one process every claim names the same holder: the scheduled publication and a
     requested one (or a rebuild job) must still take turns, or they would share the board's
     model tables and the older snapshot's file could be written last (seen in CI: a worker
     kept serving the older of two snapshots published 18 ms apart)."""
     config = replace(config, snapshot_dir=tmp_path)
-    load_lines(client, config.database, _events("sale"), board=BOARDS["sale"])
+    load_lines(client, config.database, _events(board), board=BOARDS[board])
     inside, overlapped = [0], []
     guard = threading.Lock()
 
@@ -141,7 +142,7 @@ def test_two_threads_publishing_one_board_take_turns_and_the_file_holds_the_last
         threading.Thread(
             target=publish,
             args=(client if n == 0 else connect(config), config, NOW),
-            kwargs={"board": "sale", "before_commit": slow_commit},
+            kwargs={"board": board, "before_commit": slow_commit},
         )
         for n in range(2)
     ]
@@ -150,8 +151,8 @@ def test_two_threads_publishing_one_board_take_turns_and_the_file_holds_the_last
     for thread in threads:
         thread.join(60)
     assert overlapped == [False, False], "two publications of one board were inside at once"
-    current = current_snapshot(client, config.database, "sale")
-    assert read_snapshot_id(snapshot_path(config.snapshot_files, "sale")) == current.snapshot_id
+    current = current_snapshot(client, config.database, board)
+    assert read_snapshot_id(snapshot_path(config.snapshot_files, board)) == current.snapshot_id
 
 
 def test_a_correction_asks_the_publisher_and_says_when_none_answers(client, config):
