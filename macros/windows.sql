@@ -39,14 +39,14 @@
 {%- endmacro %}
 
 {% macro popular_windows() %}
-  {#- The marketplace shelves' windows: name -> length in seconds (as_of is on the minute).
+  {#- The marketplace shelves' windows: name -> length in seconds (as_of is on 10 seconds).
       A restaurant's public shelf widens 1d -> 7d -> 28d while it has too few orders. -#}
   {{ return({'1m': 60, '1h': 3600, '1d': 86400, '7d': 604800, '28d': 2419200}) }}
 {% endmacro %}
 
 {% macro board_as_of(step_seconds) -%}
   {#- The as_of of one of the other boards (var `board_as_of`, default now), aligned down to
-      `step_seconds`: the second for the live boards, the minute for the shelves. -#}
+      `step_seconds`: the second for the live boards, 10 seconds for the shelves. -#}
   toDateTime64(toStartOfInterval(
     {% if var('board_as_of') is none %}now64(3, 'UTC'){% else %}parseDateTime64BestEffort('{{ var("board_as_of") }}', 3, 'UTC'){% endif %},
     toIntervalSecond({{ step_seconds }})

@@ -153,9 +153,9 @@ ORDER BY job_id
 TTL toDateTime(updated_at) + toIntervalDay(30)
 SETTINGS index_granularity = 8192;
 
-CREATE TABLE ${database}.item_activity_by_minute
+CREATE TABLE ${database}.item_activity_by_10s
 (
-    `minute` DateTime('UTC'),
+    `bucket` DateTime('UTC'),
     `city_id` String,
     `restaurant_id` String,
     `item_id` String,
@@ -163,13 +163,13 @@ CREATE TABLE ${database}.item_activity_by_minute
     `counted` AggregateFunction(uniqExact, String)
 )
 ENGINE = AggregatingMergeTree
-PARTITION BY toYYYYMMDD(minute)
-ORDER BY (minute, city_id, restaurant_id, item_id, type)
+PARTITION BY toYYYYMMDD(bucket)
+ORDER BY (bucket, city_id, restaurant_id, item_id, type)
 SETTINGS index_granularity = 8192;
 
-CREATE MATERIALIZED VIEW ${database}.item_activity_by_minute_mv TO ${database}.item_activity_by_minute
+CREATE MATERIALIZED VIEW ${database}.item_activity_by_10s_mv TO ${database}.item_activity_by_10s
 (
-    `minute` DateTime('UTC'),
+    `bucket` DateTime('UTC'),
     `city_id` String,
     `restaurant_id` String,
     `item_id` String,
@@ -177,7 +177,7 @@ CREATE MATERIALIZED VIEW ${database}.item_activity_by_minute_mv TO ${database}.i
     `counted` AggregateFunction(uniqExact, String)
 )
 AS SELECT
-    toDateTime(toStartOfMinute(event_time), 'UTC') AS minute,
+    toDateTime(toStartOfInterval(event_time, toIntervalSecond(10)), 'UTC') AS bucket,
     city_id,
     restaurant_id,
     item_id,
@@ -185,7 +185,7 @@ AS SELECT
     uniqExactState(if(type = 'view', concat(user_id, '/', toString(toDateTime(toStartOfInterval(event_time, toIntervalMinute(10)), 'UTC'))), event_id)) AS counted
 FROM ${database}.item_events
 GROUP BY
-    minute,
+    bucket,
     city_id,
     restaurant_id,
     item_id,

@@ -104,16 +104,22 @@ def bucket(moment: datetime) -> datetime:
     return moment.replace(minute=moment.minute - moment.minute % 10, second=0, microsecond=0)
 
 
+def shelf_bucket(moment: datetime) -> datetime:
+    """The shelves' 10-second bucket of a moment: their rows' and their as_of's alignment."""
+    return moment.replace(second=moment.second - moment.second % 10, microsecond=0)
+
+
 def shelves(
     events: Iterable[dict], as_of: datetime, keep: int = 300
 ) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
     """{(scope, metric, window): [(item, score)]}: views counted once per user, item and
-    10-minute bucket, orders once per event_id, among events in as_of - W <= minute < as_of
-    (as_of on the minute)."""
+    10-minute bucket, orders once per event_id, among events in as_of - W <= bucket < as_of
+    (as_of on 10 seconds: `shelf_bucket`)."""
+    as_of = shelf_bucket(as_of)
     unique = {event["event_id"]: event for event in events}
     counted: dict[tuple[str, str, str, str], set] = defaultdict(set)
     for event in unique.values():
-        minute = event["event_time"].replace(second=0, microsecond=0)
+        moment = shelf_bucket(event["event_time"])
         metric = "views" if event["type"] == "view" else "orders"
         what = (
             (event["user_id"], bucket(event["event_time"]))
@@ -122,7 +128,7 @@ def shelves(
         )
         scopes = (f"restaurant:{event['restaurant_id']}", f"city:{event['city_id']}", "global")
         for window, length in POPULAR_WINDOWS.items():
-            if not as_of - length <= minute < as_of:
+            if not as_of - length <= moment < as_of:
                 continue
             for scope in scopes:
                 counted[(scope, metric, window, event["item_id"])].add(what)
@@ -204,7 +210,7 @@ def fallback_shelf(
         for event in unique.values()
         if event["type"] == "order"
         and event["restaurant_id"] == restaurant
-        and event["event_time"].replace(second=0, microsecond=0) < as_of
+        and shelf_bucket(event["event_time"]) < shelf_bucket(as_of)
         and event["event_id"] not in voided
     )
     shown = {row["item_id"] for row in catalog if row.get("available", True) and not row["deleted"]}

@@ -18,8 +18,10 @@ from boards_reference import (
     entries,
     listeners_board,
     sale_boards,
+    shelf_bucket,
     shelves,
 )
+from conftest import own_config
 
 from api.app import create_app
 from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
@@ -29,7 +31,8 @@ from publish.publisher import PublishError, publish
 from toplist.boards import BOARDS
 from toplist.config import POPULAR_WINDOWS
 from toplist.corrections import rebuild_board
-from toplist.migrate import migrate
+from toplist.engine import connect
+from toplist.migrate import discover, migrate
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
 
@@ -215,13 +218,15 @@ def test_shelves_match_the_reference_and_hide_what_the_catalog_hides(client, con
     catalog = generator.catalog()
     assert load_catalog(client, config.database, [json.dumps(r) for r in catalog]).loaded
 
-    snapshot = publish(client, config, board="popular", as_of=NOW)
-    as_of = NOW.replace(second=0)
-    assert snapshot.as_of == as_of
+    snapshot = publish(client, config, board="popular", as_of=NOW + timedelta(seconds=9))
+    as_of = shelf_bucket(NOW + timedelta(seconds=9))
+    assert snapshot.as_of == as_of == NOW, "a shelf's as_of is aligned down to 10 seconds"
     truth = shelves(generated.events, as_of)
     published = entries(client, config.database, snapshot.snapshot_id)
     assert {shelf: [(i, s) for i, s, _ in rows] for shelf, rows in published.items()} == truth
     assert {window for _, _, window in truth} == set(POPULAR_WINDOWS)
+    # The last 30 seconds count in the 1m window: a minute's events need not wait for its end.
+    assert any(NOW - timedelta(seconds=30) <= e["event_time"] < NOW for e in generated.events)
 
     hidden = {r["item_id"] for r in catalog if not r["available"] or r["deleted"]}
     api = create_app(config).test_client()
@@ -254,6 +259,34 @@ def test_shelves_match_the_reference_and_hide_what_the_catalog_hides(client, con
     ]:
         answer = api.get(f"/v1/topk?{bad}")
         assert answer.status_code == 400 and answer.get_json()["error"]["code"] == code
+
+
+def test_shelves_counted_by_the_minute_upgrade_to_10_second_buckets(tmp_path):
+    """A database whose shelves were counted per minute (migrations up to 0028) is migrated to
+    10-second buckets (0029) from its raw events: the shelves equal the reference's, and the
+    events that arrive after the upgrade count too."""
+    config = own_config()
+    before = [m for m in discover() if m.version < 29]
+    for migration in before:
+        (tmp_path / migration.path.name).write_text(migration.text)
+    client = connect(config)
+    try:
+        migrate(client, config, sql_dir=tmp_path)
+        generator = ItemEventGenerator(seed=31)
+        old = generator.events(3_000, NOW - timedelta(days=3), NOW - timedelta(minutes=5))
+        load(client, config.database, "popular", old.lines)
+        assert [m.version for m in migrate(client, config)] == [29]
+        new = generator.events(500, NOW - timedelta(minutes=5), NOW)
+        load(client, config.database, "popular", new.lines)
+        snapshot = publish(client, config, board="popular", as_of=NOW)
+        published = entries(client, config.database, snapshot.snapshot_id)
+        truth = shelves(old.events + new.events, NOW)
+        assert {shelf: [(i, s) for i, s, _ in rows] for shelf, rows in published.items()} == truth
+    finally:
+        cluster = config.clickhouse_cluster
+        on_cluster = f" ON CLUSTER '{cluster}'" if cluster else ""
+        client.command(f"DROP DATABASE IF EXISTS {config.database}{on_cluster} SYNC")
+        client.close()
 
 
 def test_views_count_once_per_user_item_and_ten_minutes(client, config):
@@ -356,11 +389,11 @@ def test_a_board_rebuilt_from_raw_shows_what_its_events_say(client, config):
     )
     client.command(
         f"""
-        INSERT INTO {db}.item_activity_by_minute
-        SELECT {{minute:DateTime('UTC')}}, 'sf', 'r00', 'ghost-item', 'view',
+        INSERT INTO {db}.item_activity_by_10s
+        SELECT {{bucket:DateTime('UTC')}}, 'sf', 'r00', 'ghost-item', 'view',
             uniqExactState('someone/never')
         """,
-        parameters={"minute": NOW.replace(second=0) - timedelta(minutes=2)},
+        parameters={"bucket": NOW.replace(second=0) - timedelta(minutes=2)},
     )
     for board in ("listeners", "popular"):
         rebuild_board(client, db, board)
@@ -369,5 +402,5 @@ def test_a_board_rebuilt_from_raw_shows_what_its_events_say(client, config):
     assert [(i, s) for i, s, _ in board] == listeners_board(current_listeners(playbacks.events))
     popular = publish(client, config, board="popular", as_of=NOW)
     published = entries(client, db, popular.snapshot_id)
-    truth = shelves(events.events, NOW.replace(second=0))
+    truth = shelves(events.events, NOW)
     assert {shelf: [(i, s) for i, s, _ in rows] for shelf, rows in published.items()} == truth

@@ -60,8 +60,9 @@ def test_a_scoring_version_is_backfilled_by_a_rebuild_job_and_then_served(client
     load(client, config.database, "popular", generated.lines)
     catalog = generator.catalog()
     load_catalog(client, config.database, [json.dumps(row) for row in catalog])
+    minute = NOW.replace(second=0)  # the snapshots' as_ofs: 11:58, 11:59 and 12:00
     snapshots = [
-        publish(client, config, board="popular", as_of=NOW - timedelta(minutes=m))
+        publish(client, config, board="popular", as_of=minute - timedelta(minutes=m))
         for m in (2, 1, 0)
     ]
     assert all(s.scorings == ("v1",) for s in snapshots)

@@ -100,7 +100,7 @@ def published(client, config) -> tuple[Events, list[dict], str]:
     for start in range(0, len(lines), 50):
         load_lines(client, config.database, lines[start : start + 50], board=BOARDS["popular"])
     assert load_catalog(client, config.database, [json.dumps(r) for r in catalog]).loaded
-    snapshot = publish(client, config, board="popular", as_of=NOW)
+    snapshot = publish(client, config, board="popular", as_of=AS_OF + timedelta(seconds=9))
     assert snapshot.as_of == AS_OF
     return e, catalog, snapshot.snapshot_id
 
@@ -206,7 +206,7 @@ def test_an_old_or_unreadable_snapshot_gives_each_restaurant_its_fallback_shelf(
     e, catalog, _ = published(client, config)
     refund = next(x["event_id"] for x in e.events if x["item_id"] == "busy-4")
     void_events(client, db, [refund], "refund", board="popular")
-    publish(client, config, board="popular", as_of=NOW + timedelta(minutes=1))
+    publish(client, config, board="popular", as_of=AS_OF + timedelta(minutes=1))
     as_of = AS_OF + timedelta(minutes=1)
 
     old = create_app(replace(config, shelf_fallback_after_seconds=0.001)).test_client()

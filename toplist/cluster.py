@@ -65,6 +65,10 @@ for _board in BOARDS.values():
     if _board.ids:
         NODE_LOCAL |= {f"{_board.prefix}_checked", _board.ids, f"{_board.ids}_next"}
 
+# Aggregates that earlier migrations created and a later one dropped (0029): still placed, so
+# that every migration renders.
+SHARDED["item_activity_by_minute"] = "rand()"
+
 EVERY_NODE = {
     "schema_migrations",
     "chart_entries",
@@ -95,6 +99,7 @@ _CREATE_FUNCTION = re.compile(
 _CREATE_DATABASE = re.compile(r"^CREATE DATABASE (IF NOT EXISTS )?(?P<name>\w+)$")
 _ALTER = re.compile(r"^ALTER TABLE (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>.*)$", re.S)
 _DROP = re.compile(r"^DROP TABLE (IF EXISTS )?(?P<db>\w+)\.(?P<name>\w+)$")
+_DROP_FUNCTION = re.compile(r"^DROP FUNCTION (IF EXISTS )?(?P<name>\w+)$")
 _RENAME = re.compile(r"^RENAME TABLE (?P<db>\w+)\.(?P<name>\w+) TO (?P=db)\.(?P<to>\w+)$")
 _DELETE = re.compile(r"^DELETE FROM (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>WHERE .*)$", re.S)
 _COLUMN_CHANGE = re.compile(r"^(ADD|DROP|MODIFY|RENAME|COMMENT) COLUMN\b")
@@ -210,6 +215,7 @@ class ClusterRenderer:
             (self._alter, _ALTER),
             (self._delete, _DELETE),
             (self._drop, _DROP),
+            (self._drop_function, _DROP_FUNCTION),
             (self._rename, _RENAME),
         ):
             match = pattern.match(sql)
@@ -297,6 +303,9 @@ class ClusterRenderer:
         self._place(name)
         names = [name, self.local(name)] if name in SHARDED else [name]
         return [f"DROP TABLE IF EXISTS {db}.{table} {self.on_cluster} SYNC" for table in names]
+
+    def _drop_function(self, match: re.Match[str]) -> list[str]:
+        return [f"DROP FUNCTION IF EXISTS {match.group('name')} {self.on_cluster}"]
 
     def _rename(self, match: re.Match[str]) -> list[str]:
         db, name, to = match.group("db"), match.group("name"), match.group("to")

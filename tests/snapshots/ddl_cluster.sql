@@ -2771,3 +2771,56 @@ CREATE TABLE IF NOT EXISTS toplist.internal_jobs ON CLUSTER 'toplist'
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/toplist/internal_jobs', '{replica}', updated_at)
 ORDER BY job_id
 TTL toDateTime(updated_at) + INTERVAL 30 DAY;
+
+-- 0029_shelves_by_10_seconds.sql
+
+CREATE FUNCTION IF NOT EXISTS toplist_item_bucket ON CLUSTER 'toplist'
+AS event_time -> toDateTime(toStartOfInterval(event_time, toIntervalSecond(10)), 'UTC');
+
+CREATE TABLE IF NOT EXISTS toplist.item_activity_by_10s_local ON CLUSTER 'toplist'
+(
+    bucket DateTime('UTC'),
+    city_id String,
+    restaurant_id String,
+    item_id String,
+    type LowCardinality(String),
+    counted AggregateFunction(uniqExact, String)
+)
+ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/toplist/item_activity_by_10s_local', '{replica}')
+PARTITION BY toYYYYMMDD(bucket)
+ORDER BY (bucket, city_id, restaurant_id, item_id, type);
+
+CREATE TABLE IF NOT EXISTS toplist.item_activity_by_10s ON CLUSTER 'toplist' AS toplist.item_activity_by_10s_local
+ENGINE = Distributed('toplist', 'toplist', 'item_activity_by_10s_local', rand());
+
+INSERT INTO toplist.item_activity_by_10s
+SELECT
+    toplist_item_bucket(event_time) AS bucket,
+    city_id,
+    restaurant_id,
+    item_id,
+    type,
+    uniqExactState(toplist_item_counted(type, user_id, event_time, event_id)) AS counted
+FROM toplist.item_events
+WHERE (SELECT count() FROM toplist.item_activity_by_10s) = 0
+GROUP BY bucket, city_id, restaurant_id, item_id, type;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.item_activity_by_10s_mv ON CLUSTER 'toplist'
+TO toplist.item_activity_by_10s_local
+AS SELECT
+    toplist_item_bucket(event_time) AS bucket,
+    city_id,
+    restaurant_id,
+    item_id,
+    type,
+    uniqExactState(toplist_item_counted(type, user_id, event_time, event_id)) AS counted
+FROM toplist.item_events_local
+GROUP BY bucket, city_id, restaurant_id, item_id, type;
+
+DROP TABLE IF EXISTS toplist.item_activity_by_minute_mv ON CLUSTER 'toplist' SYNC;
+
+DROP TABLE IF EXISTS toplist.item_activity_by_minute ON CLUSTER 'toplist' SYNC;
+
+DROP TABLE IF EXISTS toplist.item_activity_by_minute_local ON CLUSTER 'toplist' SYNC;
+
+DROP FUNCTION IF EXISTS toplist_item_minute ON CLUSTER 'toplist';

@@ -2570,3 +2570,50 @@ CREATE TABLE IF NOT EXISTS toplist.internal_jobs
 ENGINE = ReplacingMergeTree(updated_at)
 ORDER BY job_id
 TTL toDateTime(updated_at) + INTERVAL 30 DAY;
+
+-- 0029_shelves_by_10_seconds.sql
+
+CREATE FUNCTION IF NOT EXISTS toplist_item_bucket AS event_time -> toDateTime(toStartOfInterval(event_time, toIntervalSecond(10)), 'UTC');
+
+CREATE TABLE IF NOT EXISTS toplist.item_activity_by_10s
+(
+    bucket DateTime('UTC'),
+    city_id String,
+    restaurant_id String,
+    item_id String,
+    type LowCardinality(String),
+    counted AggregateFunction(uniqExact, String)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMMDD(bucket)
+ORDER BY (bucket, city_id, restaurant_id, item_id, type);
+
+INSERT INTO toplist.item_activity_by_10s
+SELECT
+    toplist_item_bucket(event_time) AS bucket,
+    city_id,
+    restaurant_id,
+    item_id,
+    type,
+    uniqExactState(toplist_item_counted(type, user_id, event_time, event_id)) AS counted
+FROM toplist.item_events
+WHERE (SELECT count() FROM toplist.item_activity_by_10s) = 0
+GROUP BY bucket, city_id, restaurant_id, item_id, type;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.item_activity_by_10s_mv
+TO toplist.item_activity_by_10s
+AS SELECT
+    toplist_item_bucket(event_time) AS bucket,
+    city_id,
+    restaurant_id,
+    item_id,
+    type,
+    uniqExactState(toplist_item_counted(type, user_id, event_time, event_id)) AS counted
+FROM toplist.item_events
+GROUP BY bucket, city_id, restaurant_id, item_id, type;
+
+DROP TABLE IF EXISTS toplist.item_activity_by_minute_mv;
+
+DROP TABLE IF EXISTS toplist.item_activity_by_minute;
+
+DROP FUNCTION IF EXISTS toplist_item_minute;

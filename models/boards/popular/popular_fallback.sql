@@ -4,8 +4,8 @@
     "fallback"): its top `shelf_fallback_top` items by all-time orders before as_of, voided
     orders left out, ranked with the v1 tie policy. A table of its own, replaced whole by each
     publication of the board: when publications stop or a ranking fails, the last one stays
-    readable without any snapshot. An order is counted once per event_id within its minute
-    (sql/0017), and an event_id has one minute, so the minutes' counts add up exactly. -#}
+    readable without any snapshot. An order is counted once per event_id within its bucket
+    (sql/0017, 0029), and an event_id has one bucket, so the buckets' counts add up exactly. -#}
 
 with
 
@@ -15,7 +15,7 @@ as_of as (
 
 ),
 
-per_minute as (
+per_bucket as (
 
     select
         restaurant_id,
@@ -23,15 +23,15 @@ per_minute as (
         uniqExactMerge(counted) as orders
     from {{ ref('stg_toplist__item_activity') }}
     where type = 'order'
-      and minute < (select as_of from as_of)
-    group by minute, city_id, restaurant_id, item_id
+      and bucket < (select as_of from as_of)
+    group by bucket, city_id, restaurant_id, item_id
 
 ),
 
 all_time as (
 
     select restaurant_id, item_id, toInt64(sum(orders)) as orders
-    from per_minute
+    from per_bucket
     group by restaurant_id, item_id
 
 ),

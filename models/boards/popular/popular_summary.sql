@@ -1,6 +1,6 @@
 {{ config(order_by='tuple()') }}
 
-{#- One row: the shelves' as_of (on the minute), the global views and orders per window, and
+{#- One row: the shelves' as_of (on 10 seconds), the global views and orders per window, and
     how many restaurants have a fallback shelf (built with every publication). -#}
 
 with
