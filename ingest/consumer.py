@@ -142,11 +142,15 @@ class KafkaIngest:
         retry_backoff_seconds: float = 0.5,
         client_options: dict[str, object] | None = None,
         board: Board = CHARTS,
+        on_written: Callable[[str], None] | None = None,
     ) -> None:
         if not config.kafka_brokers:
             raise ValueError("TOPLIST_KAFKA_BROKERS is not set: there is no Kafka to consume")
         self.config = config
         self.board = board
+        # Told the board's name as each batch is in the engine (the publisher's cue to publish
+        # a board that publishes on arrival), from the writer thread.
+        self._on_written = on_written
         self.topic = config.topic(board.name)
         self.group = config.group(board.name)
         self._connect = connect
@@ -285,13 +289,19 @@ class KafkaIngest:
                 "_timestamp": batch.timestamps,
                 "_source": [SOURCE] * len(batch),
             }
-            future = writer.submit(
-                write_batch, client, self.config.database, uuid.uuid4(), columns, self.board
-            )
+            future = writer.submit(self._write, client, columns)
             self._writing = (batch, future)
         if wait:
             self._settle(consumer, wait=True, taken=_Batch())
         return _Batch()
+
+    def _write(self, client: Client, columns: dict[str, list]) -> None:
+        write_batch(client, self.config.database, uuid.uuid4(), columns, self.board)
+        if self._on_written is not None:
+            try:
+                self._on_written(self.board.name)
+            except Exception:  # the batch is written: a cue that failed must not undo it
+                log.exception("telling the publisher of a written %s batch failed", self.board.name)
 
     def _settle(self, consumer: Consumer, *, wait: bool, taken: _Batch) -> bool:
         """Account for the batch the writer thread inserted, once it is done (with `wait`,
@@ -523,8 +533,13 @@ class KafkaIngest:
         return gauges
 
 
-def start_consumers(config: Config, connect: Callable[[Config], Client]) -> dict[str, KafkaIngest]:
-    """An embedded consumer per board, started (`toplist serve --ingest`, `toplist run`)."""
+def start_consumers(
+    config: Config,
+    connect: Callable[[Config], Client],
+    on_written: Callable[[str], None] | None = None,
+) -> dict[str, KafkaIngest]:
+    """An embedded consumer per board, started (`toplist serve --ingest`, `toplist run`);
+    `on_written` is told a board's name as each of its batches is written."""
     if not config.kafka_brokers:
         raise ConfigError("--ingest needs TOPLIST_KAFKA_BROKERS (host:port of the Kafka broker)")
     if not config.embedded:
@@ -535,5 +550,5 @@ def start_consumers(config: Config, connect: Callable[[Config], Client]) -> dict
     consumers = {}
     for name, board in BOARDS.items():
         log.info("consuming Kafka topic %s from %s", config.topic(name), config.kafka_brokers)
-        consumers[name] = KafkaIngest(config, connect, board=board).start()
+        consumers[name] = KafkaIngest(config, connect, board=board, on_written=on_written).start()
     return consumers

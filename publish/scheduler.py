@@ -9,11 +9,14 @@ reported, and the last good snapshot stays current.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from publish.publisher import publish
@@ -54,21 +57,56 @@ class Paced:
     """A board's scheduled publication, paced so that publishing it takes at most half the
     time: a run that starts sooner after the previous one ended than that one lasted is
     skipped. A board refreshed every second whose publication takes three (a big flash sale)
-    is then published every six seconds or so, rather than back to back on one core."""
+    is then published every six seconds or so, rather than back to back on one core.
+
+    `arrived` (new events of the board are in the engine) runs it at once instead of at the
+    next refresh, or as soon as its pacing allows, or again right after the run under way
+    (which may have begun before those events were written)."""
 
     def __init__(self, config: Config, board: str, listener: Listener | None) -> None:
         self.config, self.board, self.listener = config, board, listener
         self.ended = self.lasted = 0.0
+        self.scheduler: BackgroundScheduler | None = None  # set once the job is added
+        self._lock = threading.Lock()
+        self._running = self._again = False
+
+    @property
+    def job_id(self) -> str:
+        return f"publish-{self.board}"
 
     def __call__(self) -> Snapshot | None:
         started = time.monotonic()
-        if started - self.ended < self.lasted:
-            return None
+        with self._lock:
+            if started - self.ended < self.lasted:
+                if self._again:  # asked for: run as soon as the pacing allows, not never
+                    self._run_at(self.ended + self.lasted)
+                return None
+            self._running, self._again = True, False
         try:
             return publish_job(self.config, self.board, self.listener)
         finally:
-            self.ended = time.monotonic()
-            self.lasted = self.ended - started
+            with self._lock:
+                self.ended = time.monotonic()
+                self.lasted = self.ended - started
+                self._running = False
+                if self._again:
+                    self._run_at(self.ended + self.lasted)
+
+    def arrived(self) -> None:
+        with self._lock:
+            self._again = True
+            if not self._running:
+                self._run_at(self.ended + self.lasted)
+
+    def _run_at(self, moment: float) -> None:
+        """Move the job's next run to `moment` (monotonic), or now when that has passed."""
+        if self.scheduler is None:
+            return
+        wait = max(0.0, moment - time.monotonic())
+        with contextlib.suppress(JobLookupError):  # the scheduler is shutting down
+            self.scheduler.modify_job(
+                self.job_id, next_run_time=datetime.now(UTC) + timedelta(seconds=wait)
+            )
 
 
 def requested_boards(config: Config) -> list[str]:
@@ -96,6 +134,16 @@ def publish_requested(config: Config, listener: Listener | None = None) -> None:
         publish_job(config, board, listener)
 
 
+def events_arrived(scheduler: BackgroundScheduler, board: str) -> None:
+    """New events of `board` are in the engine: publish it now if it publishes on arrival
+    (`Board.publish_on_arrival`), within its pacing; other boards wait for their refresh."""
+    if not BOARDS[board].publish_on_arrival:
+        return
+    job = scheduler.get_job(f"publish-{board}")
+    if job is not None and isinstance(job.func, Paced):
+        job.func.arrived()
+
+
 def start_scheduler(
     config: Config,
     listener: Listener | None = None,
@@ -109,15 +157,17 @@ def start_scheduler(
     # APScheduler reads next_run_time=None as "paused", so leave it out to wait one interval.
     first_run = {"next_run_time": datetime.now(UTC)} if run_now else {}
     for board in boards:
+        paced = Paced(config, board, listener)
         scheduler.add_job(
-            Paced(config, board, listener),
+            paced,
             "interval",
             seconds=config.refresh_seconds(board),
-            id=f"publish-{board}",
+            id=paced.job_id,
             max_instances=1,
             coalesce=True,
             **first_run,
         )
+        paced.scheduler = scheduler
     scheduler.add_job(
         publish_requested,
         "interval",

@@ -16,7 +16,7 @@ from test_registry import NOW, _events
 from ingest.load import load_lines
 from publish import dbt, plan
 from publish.publisher import publish
-from publish.scheduler import Paced
+from publish.scheduler import Paced, events_arrived, start_scheduler
 from toplist.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,3 +127,37 @@ def test_a_scheduled_board_spends_at_most_half_the_time_publishing(client, confi
     time.sleep(job.lasted)
     second = job()
     assert second is not None and second.snapshot_id != first.snapshot_id
+
+
+@pytest.mark.parametrize("board", list(BOARDS))
+def test_new_events_publish_a_live_board_at_once_and_the_others_on_their_refresh(
+    client, config, board
+):
+    """The flash sale must move within a second or two of an order: a batch written starts a
+    publication of a board that publishes on arrival, even an hour before its refresh, and
+    one written while that publication runs starts another after it (the first may have cut
+    its as_of before the batch was in). The other boards keep to their refresh."""
+    spec = BOARDS[board]
+    config = replace(config, **{spec.refresh_setting: 3600})
+    load_lines(client, config.database, _events(board), board=spec)
+    published: list[str] = []
+    scheduler = start_scheduler(
+        config, lambda _board, snapshot, _error: published.append(snapshot), run_now=False,
+        boards=[board],
+    )  # fmt: skip
+    try:
+        paced = scheduler.get_job(f"publish-{board}").func
+        events_arrived(scheduler, board)
+        if not spec.publish_on_arrival:
+            time.sleep(3)
+            assert published == [], f"{board} was published before its refresh"
+            return
+        deadline = time.monotonic() + 30
+        while not paced._running and not published and time.monotonic() < deadline:
+            time.sleep(0.002)
+        events_arrived(scheduler, board)  # a batch written while it runs (or just after)
+        while len(published) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(published) == 2 and all(published), published
+    finally:
+        scheduler.shutdown(wait=True)

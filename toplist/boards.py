@@ -73,6 +73,11 @@ class Board:
     # Whether its items are shown through the catalog (sql/0017): its snapshot file then
     # carries the catalog rows of the items it ranks that may be shown.
     catalog: bool = False
+    # Whether new events start a publication at once (within its pacing) rather than wait
+    # for the next refresh: the live boards, whose as_of moves by the second ("an order should
+    # affect the board within a second or two"). The others are cut on coarser steps, so a
+    # publication between two refreshes would mostly rank what the last one did.
+    publish_on_arrival: bool = False
 
     @property
     def incoming(self) -> str:
@@ -152,6 +157,7 @@ BOARDS: dict[str, Board] = {
             refresh_setting="listeners_refresh_seconds",
             keep_top_setting="board_keep_top",
             group_suffix="-listeners",
+            publish_on_arrival=True,
         ),
         Board(
             name="sale",
@@ -169,6 +175,7 @@ BOARDS: dict[str, Board] = {
             refresh_setting="sale_refresh_seconds",
             keep_top_setting="board_keep_top",
             group_suffix="-sale",
+            publish_on_arrival=True,
         ),
         Board(
             name="popular",

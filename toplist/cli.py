@@ -241,15 +241,20 @@ def _serve(
     from api.server import serve, serve_workers
     from ingest.consumer import start_consumers
     from publish.publisher import sync_snapshot_files
-    from publish.scheduler import start_scheduler
+    from publish.scheduler import events_arrived, start_scheduler
 
     if workers:
         with session(config) as client:
             sync_snapshot_files(client, config)
-    consumers = start_consumers(config, connect) if ingest else {}
+    scheduler = None
+
+    def arrived(board: str) -> None:  # a consumer wrote a batch: the live boards publish now
+        if scheduler is not None:
+            events_arrived(scheduler, board)
+
+    consumers = start_consumers(config, connect, on_written=arrived) if ingest else {}
     app = create_app(config, consumers=consumers)
     state = app.extensions["toplist"]
-    scheduler = None
     if publish_every:
         every = replace(config, publish_interval_seconds=publish_every)
         scheduler = start_scheduler(every, state.on_publication)
