@@ -18,14 +18,15 @@ and the commit are skipped rather than applied again. (Were they applied again, 
 dedup on event_id would keep the counts right, but a malformed message would be
 dead-lettered twice.)
 
-Batching and back-pressure: messages are gathered until `kafka_batch_rows` or
-`kafka_batch_seconds`, then handed to a writer thread, which inserts them while the next batch
-is gathered; one batch is written at a time, in order, and the next is handed over only when
-the one before is written, and librdkafka's prefetch queue is bounded
-(`queued.max.messages.kbytes`), so memory stays bounded (two batches) however far behind the
-consumer is: the backlog waits in Kafka. A failed insert rewinds the batch's partitions (and
-those of the batch gathered since, which is dropped) to their first offsets, repairs what the
-failure left, and retries with backoff; nothing is skipped.
+Batching and back-pressure: messages are gathered until `kafka_batch_rows` or the board's batch
+time (`Config.batch_seconds`: 0.5 s for the live boards, 2 s for the others), then handed to a
+writer thread, which inserts them while the next batch is gathered; one batch is written at a
+time, in order, and the next is handed over only when the one before is written, and
+librdkafka's prefetch queue is bounded (`queued.max.messages.kbytes`), so memory stays bounded
+(two batches) however far behind the consumer is: the backlog waits in Kafka. A failed insert
+rewinds the batch's partitions (and those of the batch gathered since, which is dropped) to
+their first offsets, repairs what the failure left, and retries with backoff; nothing is
+skipped.
 
 Client: confluent-kafka (librdkafka). Measured beside kafka-python on this machine
 (`python -m bench.kafka_clients`), it consumed ~5x as many messages per second (see
@@ -152,6 +153,7 @@ class KafkaIngest:
         # a board that publishes on arrival), from the writer thread.
         self._on_written = on_written
         self.topic = config.topic(board.name)
+        self._batch_seconds = config.batch_seconds(board.name)
         self.group = config.group(board.name)
         self._connect = connect
         self._backoff = retry_backoff_seconds
@@ -242,7 +244,7 @@ class KafkaIngest:
                 if not self._settle(consumer, wait=False, taken=batch):
                     batch = _Batch()
                 full = len(batch) >= self.config.kafka_batch_rows
-                due = batch and time.monotonic() - batch.started >= self.config.kafka_batch_seconds
+                due = batch and time.monotonic() - batch.started >= self._batch_seconds
                 if full or due:
                     batch = self._flush(writer, client, consumer, batch)
                 elif self._uncommitted and time.monotonic() >= self._next_commit:

@@ -44,11 +44,17 @@
   {{ return({'1m': 60, '1h': 3600, '1d': 86400, '7d': 604800, '28d': 2419200}) }}
 {% endmacro %}
 
-{% macro board_as_of(step_seconds) -%}
+{% macro board_as_of(step_seconds=none) -%}
   {#- The as_of of one of the other boards (var `board_as_of`, default now), aligned down to
-      `step_seconds`: the second for the live boards, 10 seconds for the shelves. -#}
-  toDateTime64(toStartOfInterval(
-    {% if var('board_as_of') is none %}now64(3, 'UTC'){% else %}parseDateTime64BestEffort('{{ var("board_as_of") }}', 3, 'UTC'){% endif %},
-    toIntervalSecond({{ step_seconds }})
-  ), 3, 'UTC')
+      `step_seconds` (10 seconds for the shelves, whose rows are 10-second buckets), or to the
+      millisecond without one (the live boards, which count each event as it is: an order
+      counts in the first snapshot cut after it, not after the end of its second). -#}
+  {%- set moment -%}
+    {% if var('board_as_of') is none %}now64(3, 'UTC'){% else %}parseDateTime64BestEffort('{{ var("board_as_of") }}', 3, 'UTC'){% endif %}
+  {%- endset -%}
+  {%- if step_seconds is none -%}
+  {{ moment }}
+  {%- else -%}
+  toDateTime64(toStartOfInterval({{ moment }}, toIntervalSecond({{ step_seconds }})), 3, 'UTC')
+  {%- endif -%}
 {%- endmacro %}

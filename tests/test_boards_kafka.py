@@ -31,6 +31,7 @@ def test_playbacks_and_orders_on_their_own_topics_reach_their_boards(
         kafka_topic_sale=f"orders-{db}",
         kafka_batch_rows=500,
         kafka_batch_seconds=0.3,
+        kafka_bulk_batch_seconds=0.3,
     )
     playbacks = PlaybackGenerator(seed=13, users=200).history(
         NOW - timedelta(minutes=10), NOW, malformed=3

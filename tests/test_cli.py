@@ -9,6 +9,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 from ingest.generator import ListenGenerator
+from toplist.boards import BOARDS
+from toplist.config import Config
 
 COMMANDS = [
     "run", "migrate", "load", "catalog", "publish", "serve", "schedule", "produce", "void",
@@ -271,3 +273,20 @@ def test_shelf_and_scoring_settings_that_cannot_work_are_refused_in_one_line():
         done = with_env(env, "migrate")
         assert done.returncode == 2 and says in done.stderr, (env, done.stderr)
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_live_boards_batch_by_the_half_second_and_the_others_by_two_seconds():
+    """An insert has a fixed cost: the boards published on a refresh gather longer batches,
+    the ones published as their events arrive keep short ones (both settable, both checked)."""
+    config = Config.from_env({})
+    assert {board: config.batch_seconds(board) for board in BOARDS} == {
+        "charts": 2.0, "listeners": 0.5, "sale": 0.5, "popular": 2.0,
+    }  # fmt: skip
+    config = Config.from_env(
+        {"TOPLIST_KAFKA_BATCH_SECONDS": "0.2", "TOPLIST_KAFKA_BULK_BATCH_SECONDS": "5"}
+    )
+    assert (config.batch_seconds("sale"), config.batch_seconds("popular")) == (0.2, 5.0)
+    done = with_env({"TOPLIST_KAFKA_BULK_BATCH_SECONDS": "0"}, "migrate")
+    assert done.returncode == 2 and "TOPLIST_KAFKA_BULK_BATCH_SECONDS must be positive" in (
+        done.stderr
+    )

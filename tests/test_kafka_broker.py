@@ -25,6 +25,7 @@ def test_a_broker_restart_mid_stream_loses_nothing_and_ingestion_resumes(tmp_pat
             kafka_brokers=broker.bootstrap,
             kafka_batch_rows=1_000,
             kafka_batch_seconds=0.2,
+            kafka_bulk_batch_seconds=0.2,
         )
         create_topic(broker.bootstrap, config.kafka_topic)
         aligned = align(AS_OF)

@@ -29,6 +29,7 @@ def kafka_config(config, bootstrap: str, **overrides):
         kafka_group=f"toplist-{config.database}",
         kafka_batch_rows=overrides.pop("kafka_batch_rows", 2_000),
         kafka_batch_seconds=overrides.pop("kafka_batch_seconds", 0.3),
+        kafka_bulk_batch_seconds=overrides.pop("kafka_bulk_batch_seconds", 0.3),
         **overrides,
     )
 

@@ -56,6 +56,7 @@ def test_killed_consumer_process_loses_nothing_and_counts_nothing_twice(tmp_path
         # Small batches, so the stream takes long enough to be killed in the middle of it.
         "TOPLIST_KAFKA_BATCH_ROWS": "100",
         "TOPLIST_KAFKA_BATCH_SECONDS": "0.05",
+        "TOPLIST_KAFKA_BULK_BATCH_SECONDS": "0.05",
     }
     now = datetime.now(UTC)
     batch = ListenGenerator(seed=21, songs=150).batch(

@@ -74,7 +74,7 @@ class Board:
     # carries the catalog rows of the items it ranks that may be shown.
     catalog: bool = False
     # Whether new events start a publication at once (within its pacing) rather than wait
-    # for the next refresh: the live boards, whose as_of moves by the second ("an order should
+    # for the next refresh: the live boards, whose as_of is the moment itself ("an order should
     # affect the board within a second or two"). The others are cut on coarser steps, so a
     # publication between two refreshes would mostly rank what the last one did.
     publish_on_arrival: bool = False

@@ -519,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="TIME",
         help="snapshot time, RFC 3339 (aligned down to the 10-minute bucket for the charts,"
-        " 10 seconds for popular, the second for listeners and sale; default now)",
+        " 10 seconds for popular, the millisecond for listeners and sale; default now)",
     )
     publish.add_argument(
         "--allow-older",

@@ -1,7 +1,7 @@
 {{ config(materialized='table', order_by='tuple()') }}
 
 {#- The as_of this build of the sale board ranks at (var `board_as_of`, default now),
-    aligned down to the second. Every model of the board reads it from here, and the publisher
+    to the millisecond. Every model of the board reads it from here, and the publisher
     reads it back from the summary, so the alignment rule is applied here only. -#}
 
-select {{ board_as_of(1) }} as as_of
+select {{ board_as_of() }} as as_of

@@ -12,7 +12,7 @@ source as (
 
     select * from {{ source('toplist', 'playbacks') }}
     {%- if retention > 0 %}
-    where hour >= toStartOfHour({{ board_as_of(1) }}) - toIntervalHour({{ retention }})
+    where hour >= toStartOfHour({{ board_as_of() }}) - toIntervalHour({{ retention }})
     {%- endif %}
 
 ),
