@@ -71,7 +71,9 @@ def naive_sale(db: str, keep: int) -> str:
 
 
 def naive_popular(db: str, keep: int, as_of: datetime) -> str:
-    at = f"toDateTime('{as_of:%Y-%m-%d %H:%M:00}', 'UTC')"
+    # The shelves' as_of and rows are on 10 seconds (sql/0029).
+    aligned = as_of.replace(second=as_of.second - as_of.second % 10, microsecond=0)
+    at = f"toDateTime('{aligned:%Y-%m-%d %H:%M:%S}', 'UTC')"
     windows = "[" + ", ".join(f"('{n}', {s})" for n, s in POPULAR_WINDOW_SECONDS.items()) + "]"
     longest = max(POPULAR_WINDOW_SECONDS.values())
     return f"""
@@ -81,7 +83,8 @@ def naive_popular(db: str, keep: int, as_of: datetime) -> str:
                 arrayJoin([concat('restaurant:', restaurant_id), concat('city:', city_id),
                     'global']) AS scope,
                 if(type = 'view', 'views', 'orders') AS metric,
-                arrayJoin(arrayFilter(w -> toStartOfMinute(event_time) >= {at} - w.2,
+                arrayJoin(arrayFilter(
+                    w -> toStartOfInterval(event_time, INTERVAL 10 SECOND) >= {at} - w.2,
                     {windows})).1 AS window_name,
                 item_id,
                 if(type = 'view',
