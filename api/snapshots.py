@@ -350,7 +350,7 @@ def _request(environ: dict) -> tuple[str, str]:
 
 # How often a worker looks whether its board's file was replaced (a stat), so that every worker
 # serves a new snapshot within a second of its publication.
-FILE_POLL_SECONDS = 0.1
+FILE_POLL_SECONDS = 0.25
 
 
 class FileSnapshotStore(SnapshotStore):
