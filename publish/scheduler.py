@@ -53,6 +53,11 @@ def publish_job(config: Config, board: str, listener: Listener | None = None) ->
     return snapshot
 
 
+def job_id(board: str) -> str:
+    """The scheduler's id of the job that publishes `board` on its refresh."""
+    return f"publish-{board}"
+
+
 class Paced:
     """A board's scheduled publication, paced so that publishing it takes at most half the
     time: a run that starts sooner after the previous one ended than that one lasted is
@@ -72,7 +77,7 @@ class Paced:
 
     @property
     def job_id(self) -> str:
-        return f"publish-{self.board}"
+        return job_id(self.board)
 
     def __call__(self) -> Snapshot | None:
         started = time.monotonic()
@@ -139,7 +144,7 @@ def events_arrived(scheduler: BackgroundScheduler, board: str) -> None:
     (`Board.publish_on_arrival`), within its pacing; other boards wait for their refresh."""
     if not BOARDS[board].publish_on_arrival:
         return
-    job = scheduler.get_job(f"publish-{board}")
+    job = scheduler.get_job(job_id(board))
     if job is not None and isinstance(job.func, Paced):
         job.func.arrived()
 

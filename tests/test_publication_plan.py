@@ -16,7 +16,7 @@ from test_registry import NOW, _events
 from ingest.load import load_lines
 from publish import dbt, plan
 from publish.publisher import publish
-from publish.scheduler import Paced, events_arrived, start_scheduler
+from publish.scheduler import Paced, events_arrived, job_id, start_scheduler
 from toplist.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +146,7 @@ def test_new_events_publish_a_live_board_at_once_and_the_others_on_their_refresh
         boards=[board],
     )  # fmt: skip
     try:
-        paced = scheduler.get_job(f"publish-{board}").func
+        paced = scheduler.get_job(job_id(board)).func
         events_arrived(scheduler, board)
         if not spec.publish_on_arrival:
             time.sleep(3)
