@@ -20,3 +20,12 @@
     {{ exceptions.raise_compiler_error("unknown ranking policy '" ~ policy ~ "'; known: " ~ ranking_policies() | join(', ')) }}
   {%- endif -%}
 {%- endmacro %}
+
+{% macro rank_floor(score, keep_top) -%}
+  {#- The lowest score that can still make a board cut at `keep_top` (an aggregate over one
+      board's rows): its keep_top-th highest, or 0 when it has fewer rows. Every policy ranks
+      by score descending first, so a row under the floor has keep_top rows above it under any
+      policy, and a row at it (tied with the last kept) stays for the policies that share ranks.
+      Ranking only the rows at or over their floor gives the same cut as ranking them all. -#}
+  arrayReverseSort(groupArray({{ score }}))[{{ keep_top }}]
+{%- endmacro %}

@@ -26,16 +26,57 @@
   {{ return(chart_windows().values() | reject('none') | max) }}
 {% endmacro %}
 
-{% macro window_share(window_name, is_total, time_column, as_of) -%}
-  {#- How a row counts towards the window: 1, 0 or -1. `is_total` is true for a song's
-      all-time total, false for a 10-minute bucket starting at time_column. Bounded windows
-      sum their buckets (in_window). `all` is the all-time total less the buckets at or after
-      as_of, so it never reads the buckets before as_of. -#}
+{% macro whole_day_within(day_column, length, as_of) -%}
+  {#- The UTC day starting at `day_column` lies wholly inside [as_of - length, as_of). -#}
+  ({{ day_column }} >= {{ as_of }} - toIntervalSecond({{ length }})
+  and {{ day_column }} + toIntervalDay(1) <= {{ as_of }})
+{%- endmacro %}
+
+{% macro counts_whole_days(window_name) -%}
+  {#- Whether a window sums the days wholly inside it from the day sums (sql/0030): every
+      bounded window of a day or more. -#}
+  {{- return(chart_windows()[window_name] is not none and chart_windows()[window_name] >= 86400) -}}
+{%- endmacro %}
+
+{% macro window_share(window_name, piece, time_column, as_of) -%}
+  {#- How a row counts towards the window: 1, 0 or -1. `piece` says what the row is: 'bucket'
+      (a 10-minute bucket starting at time_column), 'day' (a UTC day's sum, starting at
+      time_column) or 'total' (a song's all-time total). A bounded window sums its buckets
+      (in_window), except that one of a day or more takes the days wholly inside it from the
+      day sums and only the buckets of its ragged first and last days, so each bucket counts
+      once either way. `all` is the all-time total less the buckets at or after as_of, so it
+      never reads the buckets before as_of. -#}
   {%- if chart_windows()[window_name] is none -%}
-  multiIf({{ is_total }}, 1, {{ time_column }} >= {{ as_of }}, -1, 0)
+  multiIf({{ piece }} = 'total', 1, {{ piece }} = 'bucket' and {{ time_column }} >= {{ as_of }}, -1, 0)
+  {%- elif counts_whole_days(window_name) -%}
+  {%- set length = chart_windows()[window_name] -%}
+  toInt64(({{ piece }} = 'day' and {{ whole_day_within(time_column, length, as_of) }})
+    or ({{ piece }} = 'bucket' and {{ in_window(time_column, window_name, as_of) }}
+        and not {{ whole_day_within('toStartOfDay(' ~ time_column ~ ')', length, as_of) }}))
   {%- else -%}
-  toInt64(not {{ is_total }} and {{ in_window(time_column, window_name, as_of) }})
+  toInt64({{ piece }} = 'bucket' and {{ in_window(time_column, window_name, as_of) }})
   {%- endif -%}
+{%- endmacro %}
+
+{% macro buckets_counted(time_column, as_of) -%}
+  {#- The buckets that count towards some window (window_share) as ranges of `time_column`,
+      which the buckets are sorted by: the ragged first day of each window that counts whole
+      days, as_of's own day onwards, and every other window from its start. -#}
+  ({{ time_column }} >= {{ as_of }} - toIntervalSecond({{ longest_bounded_window() }}) and (
+    {{ time_column }} >= toStartOfDay({{ as_of }})
+    {%- for window_name, length in chart_windows().items() if length is not none %}
+    {%- if counts_whole_days(window_name) %}
+    or ({{ time_column }} >= {{ as_of }} - toIntervalSecond({{ length }})
+        and {{ time_column }} < toStartOfDay({{ as_of }} - toIntervalSecond({{ length }})) + toIntervalDay(1))
+    {%- else %}
+    or {{ time_column }} >= {{ as_of }} - toIntervalSecond({{ length }})
+    {%- endif %}
+    {%- endfor %}))
+{%- endmacro %}
+
+{% macro days_counted(day_column, as_of) -%}
+  {#- The days that count towards some window: those wholly inside the longest. -#}
+  {{ whole_day_within(day_column, longest_bounded_window(), as_of) }}
 {%- endmacro %}
 
 {% macro popular_windows() %}

@@ -662,6 +662,36 @@ GROUP BY
     country,
     song_id;
 
+CREATE TABLE ${database}.listens_by_day
+(
+    `day` DateTime('UTC'),
+    `country` LowCardinality(String),
+    `song_id` String,
+    `listens` AggregateFunction(sum, Int64)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(day)
+ORDER BY (day, country, song_id)
+SETTINGS index_granularity = 8192;
+
+CREATE MATERIALIZED VIEW ${database}.listens_by_day_mv TO ${database}.listens_by_day
+(
+    `day` DateTime('UTC'),
+    `country` LowCardinality(String),
+    `song_id` String,
+    `listens` AggregateFunction(sum, Int64)
+)
+AS SELECT
+    toStartOfDay(bucket_start) AS day,
+    country,
+    song_id,
+    sumMergeState(listens) AS listens
+FROM ${database}.listens_by_10m
+GROUP BY
+    day,
+    country,
+    song_id;
+
 CREATE TABLE ${database}.listens_checked
 (
     `event_id` String,

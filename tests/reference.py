@@ -109,22 +109,29 @@ def aggregates(client, database: str):
 
 
 def totals_mismatch(client, database: str):
-    """Songs whose all-time total (sql/0013) is not the sum of their buckets; [] if none."""
-    return client.query(
-        f"""
-        SELECT country, song_id, buckets.n, totals.n
-        FROM (
-            SELECT country, song_id, sumMerge(listens) AS n
-            FROM {database}.listens_by_10m GROUP BY ALL
-        ) AS buckets
-        FULL OUTER JOIN (
-            SELECT country, song_id, sumMerge(listens) AS n
-            FROM {database}.listens_total GROUP BY ALL
-        ) AS totals USING (country, song_id)
-        WHERE buckets.n != totals.n
-        ORDER BY ALL LIMIT 5
-        """
-    ).result_rows
+    """The sums of the buckets (the all-time totals, sql/0013, and the days, 0030) that are not
+    what their buckets add up to, as (table, keys, from the buckets, held); [] if none."""
+    from toplist.corrections import ROLLUPS
+
+    wrong = []
+    for table, keys, from_bucket in ROLLUPS:
+        wrong += client.query(
+            f"""
+            SELECT '{table}', ({keys}), buckets.n, held.n
+            FROM (
+                SELECT {keys}, sum(n) AS n FROM (
+                    SELECT {from_bucket}, finalizeAggregation(listens) AS n
+                    FROM {database}.listens_by_10m
+                ) GROUP BY ALL
+            ) AS buckets
+            FULL OUTER JOIN (
+                SELECT {keys}, sumMerge(listens) AS n FROM {database}.{table} GROUP BY ALL
+            ) AS held USING ({keys})
+            WHERE buckets.n != held.n
+            ORDER BY ALL LIMIT 5
+            """
+        ).result_rows
+    return wrong
 
 
 Ranks = dict[tuple, dict[str, int]]  # (policy, scope, metric, window) -> {item: rank}

@@ -275,7 +275,7 @@ def test_shelves_counted_by_the_minute_upgrade_to_10_second_buckets(tmp_path):
         generator = ItemEventGenerator(seed=31)
         old = generator.events(3_000, NOW - timedelta(days=3), NOW - timedelta(minutes=5))
         load(client, config.database, "popular", old.lines)
-        assert [m.version for m in migrate(client, config)] == [29]
+        assert [m.version for m in migrate(client, config)] == [m.version for m in discover()][28:]
         new = generator.events(500, NOW - timedelta(minutes=5), NOW)
         load(client, config.database, "popular", new.lines)
         snapshot = publish(client, config, board="popular", as_of=NOW)

@@ -93,3 +93,37 @@ def test_each_event_id_counts_once_across_loads_and_within_one(client, config):
     assert published[("all", "global")] == [("song-x", 1)]
     raw = client.command(f"SELECT count() FROM {config.database}.listens")
     assert raw == 1, "the raw table must hold each event once"
+
+
+def test_charts_counted_before_the_day_sums_upgrade_to_them(tmp_path):
+    """A database counted before the day sums (migrations up to 0029) is migrated to them
+    (0030) from its buckets: the charts equal the reference's, at an as_of on a day boundary
+    and inside a day, and the events that arrive after the upgrade count too."""
+    from conftest import own_config
+
+    from toplist.engine import connect
+    from toplist.migrate import discover, migrate
+
+    config = own_config()
+    for migration in discover():
+        if migration.version < 30:
+            (tmp_path / migration.path.name).write_text(migration.text)
+    client = connect(config)
+    try:
+        migrate(client, config, sql_dir=tmp_path)
+        generator = ListenGenerator(seed=5, songs=200)
+        old = generator.batch(4_000, ALIGNED - timedelta(days=40), ALIGNED)
+        load_lines(client, config.database, old.lines)
+        assert [m.version for m in migrate(client, config)] == [m.version for m in discover()][29:]
+        new = generator.batch(1_000, ALIGNED - timedelta(days=40), ALIGNED)
+        load_lines(client, config.database, new.lines)
+        everything = old.listens + new.listens
+        for as_of in (datetime(2026, 12, 1, tzinfo=UTC), ALIGNED):
+            snapshot = publish(client, config, as_of)
+            assert_boards_equal(
+                published_boards(client, config.database, snapshot.snapshot_id),
+                boards(everything, as_of),
+            )
+    finally:
+        client.command(f"DROP DATABASE IF EXISTS {config.database} SYNC")
+        client.close()

@@ -119,6 +119,7 @@ CHARTS = Board(
     aggregates=(
         ("listens_by_10m", "listens_by_10m_mv"),
         ("listens_total", "listens_total_mv"),
+        ("listens_by_day", "listens_by_day_mv"),
     ),
     idempotent_aggregates=False,
     rankings="chart_rankings",

@@ -122,13 +122,27 @@ def _counted(database: str, where: str) -> str:
     """
 
 
+# The sums of the buckets that views on listens_by_10m keep (sql/0013, 0030): each table, its
+# key columns, and those keys as a bucket row gives them. A rebuild sums them again from the
+# rebuilt buckets; a recount makes the keys a repaired batch touched equal to their buckets.
+ROLLUPS = (
+    ("listens_total", "country, song_id", "country, song_id"),
+    (
+        "listens_by_day",
+        "day, country, song_id",
+        "toStartOfDay(bucket_start) AS day, country, song_id",
+    ),
+)
+
+
 def recount_buckets(client: Client, database: str, event_ids: str, parameters: dict) -> None:
     """Make the buckets holding these events (an SQL subquery of ids) equal to raw minus voids,
-    then the all-time totals of their songs equal to the sum of their buckets.
+    then the sums of their buckets (ROLLUPS: the songs' all-time totals and their days) equal
+    to what the buckets hold.
 
     Inserts the differences, so the aggregates stay readable throughout and a recount that is
     repeated changes nothing. Used to repair a batch that a crash left half applied (a crash
-    can also fall between a bucket and its total, both written by one insert); it assumes no
+    can also fall between a bucket and its sums, all written by one insert); it assumes no
     other writer adds to those buckets meanwhile.
     """
     buckets = f"""
@@ -144,21 +158,27 @@ def recount_buckets(client: Client, database: str, event_ids: str, parameters: d
         held_where=f"bucket_start IN ({buckets})",
         parameters=parameters,
     )
-    songs = f"""
-        SELECT DISTINCT country, song_id FROM {database}.listens WHERE event_id IN ({event_ids})
-    """
-    in_songs = f"(country, song_id) IN ({songs})"
-    _make_equal(
-        client,
-        f"{database}.listens_total",
-        "country, song_id",
-        truth=f"""
-            SELECT country, song_id, sumMerge(listens) AS listens
-            FROM {database}.listens_by_10m WHERE {in_songs} GROUP BY country, song_id
-        """,
-        held_where=in_songs,
-        parameters=parameters,
-    )
+    for table, keys, from_bucket in ROLLUPS:
+        touched = f"""
+            SELECT DISTINCT {from_bucket} FROM (
+                SELECT toplist_bucket_start(event_time) AS bucket_start, country, song_id
+                FROM {database}.listens WHERE event_id IN ({event_ids})
+            )
+        """
+        _make_equal(
+            client,
+            f"{database}.{table}",
+            keys,
+            truth=f"""
+                SELECT {keys}, sum(listens) AS listens FROM (
+                    SELECT {from_bucket}, finalizeAggregation(listens) AS listens
+                    FROM {database}.listens_by_10m
+                )
+                WHERE ({keys}) IN ({touched}) GROUP BY {keys}
+            """,
+            held_where=f"({keys}) IN ({touched})",
+            parameters=parameters,
+        )
 
 
 def _make_equal(
@@ -227,7 +247,7 @@ def rebuild_aggregates(
     raw_ttl_days: int = 0,
 ) -> RebuildResult:
     """Recompute `listens_by_10m` from the raw events for [start, end) (default: all), and
-    `listens_total` from the recomputed buckets.
+    the sums of the buckets (ROLLUPS: `listens_total`, `listens_by_day`) from them.
 
     The new aggregates are built in a fresh table: each month in the range (widened to whole
     months, the table's partitions) is recounted from raw minus voids, every other month is
@@ -237,9 +257,9 @@ def rebuild_aggregates(
     reaches back past the retention horizon may have lost raw events, so it is kept as it is
     rather than recounted short. `progress(done, total, month, rows)` follows each month.
 
-    The all-time totals are summed from the new buckets into a fresh table too and swapped in
-    right after them (two EXCHANGEs: a publication that runs between the two may rank `all`
-    on the old totals; the next one is right).
+    The sums are taken from the new buckets into fresh tables too and swapped in right after
+    them (one EXCHANGE each: a publication that runs between them may rank on old sums; the
+    next one is right).
 
     Run it while ingestion is paused (in embedded mode one process owns the data, so nothing
     else writes): aggregates written between a month's copy and the swap would be lost until
@@ -253,14 +273,13 @@ def rebuild_aggregates(
         oldest_kept = datetime.now(UTC) - timedelta(days=raw_ttl_days)
         horizon = oldest_kept.year * 100 + oldest_kept.month  # months before it lost rows
     counted = _counted(database, "toYYYYMM(event_time) = {month:UInt32}")
+    tables = ["listens_by_10m", *(table for table, _, _ in ROLLUPS)]
     live = f"{database}.listens_by_10m"
     staging = f"{database}.listens_by_10m_rebuild"
-    live_total = f"{database}.listens_total"
-    staging_total = f"{database}.listens_total_rebuild"
     result = RebuildResult()
-    for table, like in ((staging, live), (staging_total, live_total)):
-        client.command(f"DROP TABLE IF EXISTS {table}")
-        client.command(f"CREATE TABLE {table} AS {like}")
+    for table in tables:
+        client.command(f"DROP TABLE IF EXISTS {database}.{table}_rebuild")
+        client.command(f"CREATE TABLE {database}.{table}_rebuild AS {database}.{table}")
     try:
         for done, month in enumerate(months, start=1):
             rows = 0
@@ -289,18 +308,19 @@ def rebuild_aggregates(
                 result.rows += rows
             if progress:
                 progress(done, len(months), month, rows)
-        client.command(
-            f"""
-            INSERT INTO {staging_total} (country, song_id, listens)
-            SELECT country, song_id, sumMergeState(listens) FROM {staging}
-            GROUP BY country, song_id
-            """
-        )
-        client.command(f"EXCHANGE TABLES {live} AND {staging}")
-        client.command(f"EXCHANGE TABLES {live_total} AND {staging_total}")
+        for table, keys, from_bucket in ROLLUPS:
+            client.command(
+                f"""
+                INSERT INTO {database}.{table}_rebuild ({keys}, listens)
+                SELECT {from_bucket}, sumMergeState(listens) FROM {staging}
+                GROUP BY {keys}
+                """
+            )
+        for table in tables:
+            client.command(f"EXCHANGE TABLES {database}.{table} AND {database}.{table}_rebuild")
     finally:
-        client.command(f"DROP TABLE IF EXISTS {staging}")
-        client.command(f"DROP TABLE IF EXISTS {staging_total}")
+        for table in tables:
+            client.command(f"DROP TABLE IF EXISTS {database}.{table}_rebuild")
     result.seconds = time.monotonic() - started
     return result
 

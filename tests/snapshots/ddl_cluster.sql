@@ -2824,3 +2824,41 @@ DROP TABLE IF EXISTS toplist.item_activity_by_minute ON CLUSTER 'toplist' SYNC;
 DROP TABLE IF EXISTS toplist.item_activity_by_minute_local ON CLUSTER 'toplist' SYNC;
 
 DROP FUNCTION IF EXISTS toplist_item_minute ON CLUSTER 'toplist';
+
+-- 0030_listens_by_day.sql
+
+CREATE TABLE IF NOT EXISTS toplist.listens_by_day_local ON CLUSTER 'toplist'
+(
+    day DateTime('UTC'),
+    country LowCardinality(String),
+    song_id String,
+    listens AggregateFunction(sum, Int64)
+)
+ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/toplist/listens_by_day_local', '{replica}')
+PARTITION BY toYYYYMM(day)
+ORDER BY (day, country, song_id);
+
+CREATE TABLE IF NOT EXISTS toplist.listens_by_day ON CLUSTER 'toplist' AS toplist.listens_by_day_local
+ENGINE = Distributed('toplist', 'toplist', 'listens_by_day_local', rand());
+
+INSERT INTO toplist.listens_by_day (day, country, song_id, listens)
+SELECT toStartOfDay(bucket_start) AS day, country, song_id, sumMergeState(listens)
+FROM toplist.listens_by_10m
+WHERE (SELECT count() FROM toplist.listens_by_day) = 0
+GROUP BY day, country, song_id;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.listens_by_day_mv ON CLUSTER 'toplist'
+TO toplist.listens_by_day_local
+(
+    day DateTime('UTC'),
+    country LowCardinality(String),
+    song_id String,
+    listens AggregateFunction(sum, Int64)
+)
+AS SELECT
+    toStartOfDay(bucket_start) AS day,
+    country,
+    song_id,
+    sumMergeState(listens) AS listens
+FROM toplist.listens_by_10m_local
+GROUP BY day, country, song_id;

@@ -2617,3 +2617,38 @@ DROP TABLE IF EXISTS toplist.item_activity_by_minute_mv;
 DROP TABLE IF EXISTS toplist.item_activity_by_minute;
 
 DROP FUNCTION IF EXISTS toplist_item_minute;
+
+-- 0030_listens_by_day.sql
+
+CREATE TABLE IF NOT EXISTS toplist.listens_by_day
+(
+    day DateTime('UTC'),
+    country LowCardinality(String),
+    song_id String,
+    listens AggregateFunction(sum, Int64)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(day)
+ORDER BY (day, country, song_id);
+
+INSERT INTO toplist.listens_by_day (day, country, song_id, listens)
+SELECT toStartOfDay(bucket_start) AS day, country, song_id, sumMergeState(listens)
+FROM toplist.listens_by_10m
+WHERE (SELECT count() FROM toplist.listens_by_day) = 0
+GROUP BY day, country, song_id;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.listens_by_day_mv
+TO toplist.listens_by_day
+(
+    day DateTime('UTC'),
+    country LowCardinality(String),
+    song_id String,
+    listens AggregateFunction(sum, Int64)
+)
+AS SELECT
+    toStartOfDay(bucket_start) AS day,
+    country,
+    song_id,
+    sumMergeState(listens) AS listens
+FROM toplist.listens_by_10m
+GROUP BY day, country, song_id;
