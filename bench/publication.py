@@ -216,7 +216,7 @@ def render(report: dict) -> str:
     return table(
         f"Publication: {report['scopes']} scopes x {report['windows']} windows, top"
         f" {report['keep_top']}, median of {report['runs']} runs"
-        " (targets: >= 50x naive at 50M, < 5 s at 10M)",
+        " (targets: >= 50x naive at 50M, < 0.5 s at 10M)",
         [
             "scenario",
             "events",
