@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -66,10 +67,16 @@ class Paced:
 
     `arrived` (new events of the board are in the engine) runs it at once instead of at the
     next refresh, or as soon as its pacing allows, or again right after the run under way
-    (which may have begun before those events were written)."""
+    (which may have begun before those events were written).
+
+    A board whose as_of is cut on a step (`Board.as_of_step`: the charts' 10 minutes, the
+    shelves' 10 seconds) ranks the same data between two cuts, so its runs are kept just after
+    them: on the multiples of its refresh, a batch's time and a second later (`next_cut`),
+    rather than at whatever phase the process started with (up to a whole refresh late)."""
 
     def __init__(self, config: Config, board: str, listener: Listener | None) -> None:
         self.config, self.board, self.listener = config, board, listener
+        self.cut_step = BOARDS[board].as_of_step
         self.ended = self.lasted = 0.0
         self.scheduler: BackgroundScheduler | None = None  # set once the job is added
         self._lock = threading.Lock()
@@ -96,6 +103,8 @@ class Paced:
                 self._running = False
                 if self._again:
                     self._run_at(self.ended + self.lasted)
+                elif self.cut_step:
+                    self._run_at(self.ended + self.lasted, cut=True)
 
     def arrived(self) -> None:
         with self._lock:
@@ -103,15 +112,29 @@ class Paced:
             if not self._running:
                 self._run_at(self.ended + self.lasted)
 
-    def _run_at(self, moment: float) -> None:
-        """Move the job's next run to `moment` (monotonic), or now when that has passed."""
+    def _run_at(self, moment: float, cut: bool = False) -> None:
+        """Move the job's next run to `moment` (monotonic), or now when that has passed; with
+        `cut`, to the first moment after a cut (`next_cut`) from then on."""
         if self.scheduler is None:
             return
         wait = max(0.0, moment - time.monotonic())
+        if cut:
+            now = time.time()
+            refresh = self.config.refresh_seconds(self.board)
+            lag = self.config.batch_seconds(self.board) + 1.0
+            wait = next_cut(now + wait, refresh, lag) - now
         with contextlib.suppress(JobLookupError):  # the scheduler is shutting down
             self.scheduler.modify_job(
                 self.job_id, next_run_time=datetime.now(UTC) + timedelta(seconds=wait)
             )
+
+
+def next_cut(earliest: float, refresh: float, lag: float) -> float:
+    """The first moment at or after `earliest` (seconds since the epoch) that is `lag` seconds
+    past a multiple of `refresh`: with a refresh that is a multiple or a divisor of the as_of
+    step, every cut is followed by a run `lag` seconds later, once the batches holding the
+    events before it are written."""
+    return math.ceil((earliest - lag) / refresh) * refresh + lag
 
 
 def requested_boards(config: Config) -> list[str]:

@@ -7,7 +7,7 @@ import re
 import shutil
 import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from test_registry import NOW, _events
 from ingest.load import load_lines
 from publish import dbt, plan
 from publish.publisher import publish
-from publish.scheduler import Paced, events_arrived, job_id, start_scheduler
+from publish.scheduler import Paced, events_arrived, job_id, next_cut, start_scheduler
 from toplist.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,5 +159,41 @@ def test_new_events_publish_a_live_board_at_once_and_the_others_on_their_refresh
         while len(published) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(published) == 2 and all(published), published
+    finally:
+        scheduler.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("board", list(BOARDS))
+def test_a_board_is_cut_on_the_step_its_schedule_follows(client, config, board):
+    """A snapshot's as_of is cut down to its board's step (`Board.as_of_step`, which the
+    scheduler keeps its runs after), or taken to the millisecond on a board without one."""
+    spec = BOARDS[board]
+    moment = NOW + timedelta(minutes=7, seconds=12, microseconds=345_678)
+    snapshot = publish(client, config, board=board, as_of=moment)
+    if spec.as_of_step:
+        epoch = int(moment.timestamp())
+        expected = datetime.fromtimestamp(epoch - epoch % spec.as_of_step, UTC)
+    else:
+        expected = moment.replace(microsecond=345_000)
+    assert snapshot.as_of == expected
+
+
+def test_a_board_cut_on_a_step_is_published_just_after_each_cut(client, config):
+    """The shelves are cut every 10 seconds: after a run, the next is due a batch's time and a
+    second after a multiple of their refresh, not at the phase the process started with."""
+    assert [next_cut(t, 10, 3) for t in (1000.0, 1003.0, 1003.5, 1012.9)] == [
+        1003.0, 1003.0, 1013.0, 1013.0
+    ]  # fmt: skip
+    assert next_cut(1_000_000.0, 600, 3) == 1_000_203.0
+    config = replace(config, popular_refresh_seconds=10)
+    load_lines(client, config.database, _events("popular"), board=BOARDS["popular"])
+    scheduler = start_scheduler(config, run_now=False, boards=["popular"])
+    try:
+        paced = scheduler.get_job(job_id("popular")).func
+        assert paced() is not None
+        due = scheduler.get_job(job_id("popular")).next_run_time.timestamp()
+        lag = config.batch_seconds("popular") + 1
+        assert due > time.time()
+        assert abs((due - lag) / 10 - round((due - lag) / 10)) < 1e-3, due
     finally:
         scheduler.shutdown(wait=True)

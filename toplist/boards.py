@@ -78,6 +78,10 @@ class Board:
     # affect the board within a second or two"). The others are cut on coarser steps, so a
     # publication between two refreshes would mostly rank what the last one did.
     publish_on_arrival: bool = False
+    # The step its as_of is cut down to, in seconds (the charts' 10-minute buckets, sql/0005;
+    # the shelves' 10 seconds, macros/windows.sql board_as_of): its refreshes fall just after
+    # the cuts (publish/scheduler.py `Paced`). 0 for a board cut at the moment itself.
+    as_of_step: int = 0
 
     @property
     def incoming(self) -> str:
@@ -136,6 +140,7 @@ CHARTS = Board(
     keep_top_setting="keep_top",
     group_suffix="",
     stale_setting="stale_after_seconds",
+    as_of_step=600,
 )
 
 BOARDS: dict[str, Board] = {
@@ -198,6 +203,7 @@ BOARDS: dict[str, Board] = {
             refresh_setting="popular_refresh_seconds",
             keep_top_setting="popular_keep_top",
             group_suffix="-popular",
+            as_of_step=10,
             catalog=True,
         ),
     )
