@@ -13,6 +13,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ from clickhouse_connect.driver.client import Client  # noqa: E402
 
 from toplist.config import Config  # noqa: E402
 from toplist.engine import connect  # noqa: E402
-from toplist.migrate import migrate  # noqa: E402
+from toplist.migrate import discover, migrate  # noqa: E402
 
 
 def pytest_report_header() -> str:
@@ -76,11 +77,29 @@ def client(config: Config) -> Iterator[Client]:
     try:
         yield client
     finally:
-        on_cluster = (
-            f" ON CLUSTER '{config.clickhouse_cluster}'" if config.clickhouse_cluster else ""
-        )
-        client.command(f"DROP DATABASE IF EXISTS {config.database}{on_cluster} SYNC")
-        client.close()
+        _drop(client, config)
+
+
+@contextmanager
+def migrated_before(version: int, sql_dir: Path) -> Iterator[tuple[Client, Config]]:
+    """A database of its own migrated up to migration `version`, not including it (their files
+    copied into `sql_dir`): what an upgrade to `version` starts from. Dropped afterwards."""
+    config = own_config()
+    for migration in discover():
+        if migration.version < version:
+            (sql_dir / migration.path.name).write_text(migration.text)
+    client = connect(config)
+    try:
+        migrate(client, config, sql_dir=sql_dir)
+        yield client, config
+    finally:
+        _drop(client, config)
+
+
+def _drop(client: Client, config: Config) -> None:
+    on_cluster = f" ON CLUSTER '{config.clickhouse_cluster}'" if config.clickhouse_cluster else ""
+    client.command(f"DROP DATABASE IF EXISTS {config.database}{on_cluster} SYNC")
+    client.close()
 
 
 @pytest.fixture(scope="module")

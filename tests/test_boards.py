@@ -21,7 +21,7 @@ from boards_reference import (
     shelf_bucket,
     shelves,
 )
-from conftest import own_config
+from conftest import migrated_before
 
 from api.app import create_app
 from ingest.board_events import ItemEventGenerator, OrderGenerator, PlaybackGenerator
@@ -31,7 +31,6 @@ from publish.publisher import PublishError, publish
 from toplist.boards import BOARDS
 from toplist.config import POPULAR_WINDOWS
 from toplist.corrections import rebuild_board
-from toplist.engine import connect
 from toplist.migrate import discover, migrate
 
 NOW = datetime(2026, 12, 4, 12, 0, 30, tzinfo=UTC)
@@ -265,28 +264,18 @@ def test_shelves_counted_by_the_minute_upgrade_to_10_second_buckets(tmp_path):
     """A database whose shelves were counted per minute (migrations up to 0028) is migrated to
     10-second buckets (0029) from its raw events: the shelves equal the reference's, and the
     events that arrive after the upgrade count too."""
-    config = own_config()
-    before = [m for m in discover() if m.version < 29]
-    for migration in before:
-        (tmp_path / migration.path.name).write_text(migration.text)
-    client = connect(config)
-    try:
-        migrate(client, config, sql_dir=tmp_path)
+    with migrated_before(29, tmp_path) as (client, config):
         generator = ItemEventGenerator(seed=31)
         old = generator.events(3_000, NOW - timedelta(days=3), NOW - timedelta(minutes=5))
         load(client, config.database, "popular", old.lines)
-        assert [m.version for m in migrate(client, config)] == [m.version for m in discover()][28:]
+        upgrade = [m.version for m in discover() if m.version >= 29]
+        assert [m.version for m in migrate(client, config)] == upgrade
         new = generator.events(500, NOW - timedelta(minutes=5), NOW)
         load(client, config.database, "popular", new.lines)
         snapshot = publish(client, config, board="popular", as_of=NOW)
         published = entries(client, config.database, snapshot.snapshot_id)
         truth = shelves(old.events + new.events, NOW)
         assert {shelf: [(i, s) for i, s, _ in rows] for shelf, rows in published.items()} == truth
-    finally:
-        cluster = config.clickhouse_cluster
-        on_cluster = f" ON CLUSTER '{cluster}'" if cluster else ""
-        client.command(f"DROP DATABASE IF EXISTS {config.database}{on_cluster} SYNC")
-        client.close()
 
 
 def test_views_count_once_per_user_item_and_ten_minutes(client, config):

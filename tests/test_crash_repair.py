@@ -16,6 +16,7 @@ from reference import assert_boards_equal, boards, published_boards, totals_mism
 from ingest.generator import ListenGenerator
 from ingest.load import load_lines, repair_unfinished
 from publish.publisher import publish
+from toplist.corrections import ROLLUPS
 
 AS_OF = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -57,27 +58,25 @@ def test_half_applied_batches_are_undone_and_applied_again(client, config):
     # Crash 1: the aggregates' view committed (every new event +1), nothing else did; a plain
     # re-send would count these events twice.
     rows = [(x.event_time, x.country, x.song_id) for x in cut[0].listens]
+    as_buckets = """
+        SELECT toplist_bucket_start(row.1) AS bucket_start, row.2 AS country, row.3 AS song_id
+        FROM (SELECT arrayJoin({rows:Array(Tuple(DateTime64(3, 'UTC'), String, String))}) AS row)
+    """
     client.command(
         f"""
         INSERT INTO {db}.listens_by_10m (bucket_start, country, song_id, listens)
-        SELECT toplist_bucket_start(row.1), row.2, row.3, sumState(toInt64(1))
-        FROM (SELECT arrayJoin({{rows:Array(Tuple(DateTime64(3, 'UTC'), String, String))}}) AS row)
+        SELECT bucket_start, country, song_id, sumState(toInt64(1)) FROM ({as_buckets})
         GROUP BY ALL
         """,
         parameters={"rows": rows},
     )
-    # ... and of those, the all-time totals and the days (fed from the buckets in the same
-    # insert) took only some: a crash can fall between a bucket and its sums.
-    rows_type = "Array(Tuple(DateTime64(3, 'UTC'), String, String))"
-    for table, keys, first in (
-        ("listens_total", "row.2, row.3", 0),
-        ("listens_by_day", "toStartOfDay(toplist_bucket_start(row.1)), row.2, row.3", 25),
-    ):
+    # ... and of those, the sums of the buckets (fed from them in the same insert: the
+    # all-time totals, the days) took only some: a crash can fall between a bucket and its sums.
+    for first, (table, keys, from_bucket) in zip((0, 25), ROLLUPS, strict=True):
         client.command(
             f"""
-            INSERT INTO {db}.{table}
-            SELECT {keys}, sumState(toInt64(-1))
-            FROM (SELECT arrayJoin({{rows:{rows_type}}}) AS row)
+            INSERT INTO {db}.{table} ({keys}, listens)
+            SELECT {from_bucket}, sumState(toInt64(-1)) FROM ({as_buckets})
             GROUP BY ALL
             """,
             parameters={"rows": rows[first : first + 50]},

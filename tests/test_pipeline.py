@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from conftest import migrated_before
 from reference import align, assert_boards_equal, boards, published_boards
 
 from ingest.generator import Listen, ListenGenerator
 from ingest.load import load_lines
 from publish.publisher import publish
+from toplist.migrate import discover, migrate
 from toplist.snapshots import current_snapshot
 
 AS_OF = datetime(2026, 12, 1, 12, 7, 30, tzinfo=UTC)  # published as 12:00, the bucket start
@@ -99,22 +101,12 @@ def test_charts_counted_before_the_day_sums_upgrade_to_them(tmp_path):
     """A database counted before the day sums (migrations up to 0029) is migrated to them
     (0030) from its buckets: the charts equal the reference's, at an as_of on a day boundary
     and inside a day, and the events that arrive after the upgrade count too."""
-    from conftest import own_config
-
-    from toplist.engine import connect
-    from toplist.migrate import discover, migrate
-
-    config = own_config()
-    for migration in discover():
-        if migration.version < 30:
-            (tmp_path / migration.path.name).write_text(migration.text)
-    client = connect(config)
-    try:
-        migrate(client, config, sql_dir=tmp_path)
+    with migrated_before(30, tmp_path) as (client, config):
         generator = ListenGenerator(seed=5, songs=200)
         old = generator.batch(4_000, ALIGNED - timedelta(days=40), ALIGNED)
         load_lines(client, config.database, old.lines)
-        assert [m.version for m in migrate(client, config)] == [m.version for m in discover()][29:]
+        upgrade = [m.version for m in discover() if m.version >= 30]
+        assert [m.version for m in migrate(client, config)] == upgrade
         new = generator.batch(1_000, ALIGNED - timedelta(days=40), ALIGNED)
         load_lines(client, config.database, new.lines)
         everything = old.listens + new.listens
@@ -124,6 +116,3 @@ def test_charts_counted_before_the_day_sums_upgrade_to_them(tmp_path):
                 published_boards(client, config.database, snapshot.snapshot_id),
                 boards(everything, as_of),
             )
-    finally:
-        client.command(f"DROP DATABASE IF EXISTS {config.database} SYNC")
-        client.close()
