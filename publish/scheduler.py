@@ -106,6 +106,11 @@ class Paced:
                 elif self.cut_step:
                     self._run_at(self.ended + self.lasted, cut=True)
 
+    def detach(self) -> None:
+        """Stop moving the job's runs (`stop_scheduler`); a run under way finishes first."""
+        with self._lock:
+            self.scheduler = None
+
     def arrived(self) -> None:
         with self._lock:
             self._again = True
@@ -127,6 +132,17 @@ class Paced:
             self.scheduler.modify_job(
                 self.job_id, next_run_time=datetime.now(UTC) + timedelta(seconds=wait)
             )
+
+
+def stop_scheduler(scheduler: BackgroundScheduler) -> None:
+    """Shut the scheduler down once the publications under way have finished. Its shutdown
+    holds the job store's lock while it waits for them, and a paced run moves its next run
+    through that lock as it ends: each `Paced` is detached first (under its own lock, which
+    a run holds while it moves its next run), so no run ends waiting on the lock for good."""
+    for job in scheduler.get_jobs():
+        if isinstance(job.func, Paced):
+            job.func.detach()
+    scheduler.shutdown(wait=True)
 
 
 def next_cut(earliest: float, refresh: float, lag: float) -> float:

@@ -22,7 +22,7 @@ from ingest.catalog import load_catalog
 from ingest.generator import Listen
 from ingest.load import load_lines
 from publish.publisher import publish
-from publish.scheduler import start_scheduler
+from publish.scheduler import start_scheduler, stop_scheduler
 from toplist.boards import BOARDS
 from toplist.config import Config
 from toplist.engine import connect
@@ -145,7 +145,7 @@ def live_api(config: Config) -> Iterator[LiveApi]:
     finally:
         server.shutdown()
         thread.join(10)
-        publisher.shutdown(wait=True)
+        stop_scheduler(publisher)
         app.extensions["toplist"].close()
         client.command(f"DROP DATABASE IF EXISTS {config.database} SYNC")
         client.close()

@@ -15,7 +15,7 @@ from api.app import create_app
 from ingest.generator import Listen
 from ingest.load import load_lines
 from publish.publisher import PublishError, publish
-from publish.scheduler import publish_job, start_scheduler
+from publish.scheduler import publish_job, start_scheduler, stop_scheduler
 
 AS_OF = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -272,7 +272,7 @@ def test_corrections_endpoint_voids_and_publishes_a_corrected_board(client, conf
         bad = api.post("/internal/corrections", json={"event_ids": "x"}, headers=headers)
         assert bad.status_code == 400 and error_of(bad)["code"] == "invalid_event_ids"
     finally:
-        publisher.shutdown(wait=True)
+        stop_scheduler(publisher)
         app.extensions["toplist"].close()
 
 

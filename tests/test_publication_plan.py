@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,14 @@ from test_registry import NOW, _events
 from ingest.load import load_lines
 from publish import dbt, plan
 from publish.publisher import publish
-from publish.scheduler import Paced, events_arrived, job_id, next_cut, start_scheduler
+from publish.scheduler import (
+    Paced,
+    events_arrived,
+    job_id,
+    next_cut,
+    start_scheduler,
+    stop_scheduler,
+)
 from toplist.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,7 +168,7 @@ def test_new_events_publish_a_live_board_at_once_and_the_others_on_their_refresh
             time.sleep(0.05)
         assert len(published) == 2 and all(published), published
     finally:
-        scheduler.shutdown(wait=True)
+        stop_scheduler(scheduler)
 
 
 @pytest.mark.parametrize("board", list(BOARDS))
@@ -196,4 +204,21 @@ def test_a_board_cut_on_a_step_is_published_just_after_each_cut(client, config):
         assert due > time.time()
         assert abs((due - lag) / 10 - round((due - lag) / 10)) < 1e-3, due
     finally:
-        scheduler.shutdown(wait=True)
+        stop_scheduler(scheduler)
+
+
+def test_stopping_the_scheduler_waits_for_a_run_under_way_and_returns(client, config):
+    """A stop (SIGTERM, Ctrl-C) while a stepped board is being published: the run finishes and
+    the scheduler stops, rather than the run's end waiting on the shutdown for good."""
+    load_lines(client, config.database, _events("popular"), board=BOARDS["popular"])
+    scheduler = start_scheduler(config, boards=["popular"])  # runs at once
+    paced = scheduler.get_job(job_id("popular")).func
+    deadline = time.monotonic() + 30
+    while not paced._running and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert paced._running, "the first publication never started"
+    stopping = threading.Thread(target=stop_scheduler, args=(scheduler,), daemon=True)
+    stopping.start()
+    stopping.join(60)
+    assert not stopping.is_alive(), "the scheduler never stopped"
+    assert not paced._running

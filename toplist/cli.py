@@ -241,7 +241,7 @@ def _serve(
     from api.server import serve, serve_workers
     from ingest.consumer import start_consumers
     from publish.publisher import sync_snapshot_files
-    from publish.scheduler import events_arrived, start_scheduler
+    from publish.scheduler import events_arrived, start_scheduler, stop_scheduler
 
     if workers:
         with session(config) as client:
@@ -277,7 +277,7 @@ def _serve(
         for running in consumers.values():
             running.stop()
         if scheduler:
-            scheduler.shutdown(wait=True)
+            stop_scheduler(scheduler)
         state.close()
     _say("stopped")
     return 0
@@ -307,7 +307,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
 def cmd_schedule(args: argparse.Namespace, config: Config) -> int:
     """Publish every board on its schedule, serving nothing: server mode's publisher process
     (API processes find each new snapshot by polling the registry)."""
-    from publish.scheduler import start_scheduler
+    from publish.scheduler import start_scheduler, stop_scheduler
     from toplist.migrate import migrate
 
     with session(config) as client:
@@ -321,7 +321,7 @@ def cmd_schedule(args: argparse.Namespace, config: Config) -> int:
         while not stop.wait(1.0):
             pass
     finally:
-        scheduler.shutdown(wait=True)
+        stop_scheduler(scheduler)
     return 0
 
 
