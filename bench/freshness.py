@@ -48,6 +48,7 @@ from bench.common import (
 )
 from ingest.kafka_broker import free_port
 from ingest.produce import producer
+from toplist.config import Config
 
 TARGETS = {"sale": 2.0, "listeners": 5.0, "popular": 30.0}  # p99 seconds; charts: interval
 SHARES = {"charts": 0.4, "sale": 0.2, "listeners": 0.2, "popular": 0.2}
@@ -160,9 +161,20 @@ def run(seconds: float, rate: int, charts_every: float, brokers: str | None) -> 
             server.send_signal(signal.SIGTERM)
             server.wait(60)
             log.close()
+    stored = stored_at(work / "data", Config.from_env(env).database)  # the server's
     summary = {}
-    for board, values in latencies.items():
+    for board, markers_sent in latencies.items():
+        values = [m["latency"] for m in markers_sent]
         seen = sorted(v for v in values if v is not None)
+        # Where the time went: produce to stored (Kafka, the consumer's batch and the write
+        # before it), stored to published (applying the batch, waiting for a publication to
+        # begin, publishing), published to seen (the API and the poller's 50 ms).
+        to_stored = [stored[board][m["tag"]] - m["sent"] for m in markers_sent
+                     if m["tag"] in stored[board]]  # fmt: skip
+        to_published = [m["published"] - stored[board][m["tag"]] for m in markers_sent
+                        if m["published"] and m["tag"] in stored[board]]  # fmt: skip
+        to_seen = [m["latency"] - (m["published"] - m["sent"]) for m in markers_sent
+                   if m["latency"] is not None and m["published"]]  # fmt: skip
         summary[board] = {
             "markers": len(values),
             "seen": len(seen),
@@ -170,6 +182,11 @@ def run(seconds: float, rate: int, charts_every: float, brokers: str | None) -> 
             "p99_s": seen[min(len(seen) - 1, int(len(seen) * 0.99))] if seen else None,
             "max_s": seen[-1] if seen else None,
             "target_p99_s": TARGETS.get(board, charts_every),
+            "stages_p50_p99_s": {
+                "produce_to_stored": _quantiles(to_stored),
+                "stored_to_published": _quantiles(to_published),
+                "published_to_seen": _quantiles(to_seen),
+            },
             "latencies_s": values,  # in the order the markers were sent
         }
     return {
@@ -187,7 +204,8 @@ def _measure(
     """Send for `seconds`, polling each marker until it shows (or 90 s after the end)."""
     kafka = producer(bootstrap)
     rng = random.Random(7)
-    pending: dict[str, list] = {board: [] for board in BOARDS}  # [sent, tag, path, latency]
+    # [sent, tag, path, latency, sent (wall clock), published_at of the answer that showed it]
+    pending: dict[str, list] = {board: [] for board in BOARDS}
     lock, stop = threading.Lock(), threading.Event()
 
     def poll(board: str) -> None:
@@ -204,6 +222,7 @@ def _measure(
                     continue
                 if shows(board, entry[1], response):
                     entry[3] = time.monotonic() - entry[0]
+                    entry[5] = _wall(response.json().get("published_at"))
             if stop.is_set() and time.monotonic() > deadline + 90:
                 return
             time.sleep(0.05)
@@ -211,10 +230,10 @@ def _measure(
     def send_markers(number: int) -> None:
         for board in BOARDS:
             event, path = marker(board, number)
-            sent = time.monotonic()
+            sent, sent_wall = time.monotonic(), time.time()
             kafka.send(topics[board], value=json.dumps(event).encode())
             with lock:
-                pending[board].append([sent, f"fresh-{number}", path, None])
+                pending[board].append([sent, f"fresh-{number}", path, None, sent_wall, None])
 
     # Warm up: the first marker of each board is waited for and left out (the first
     # publications of a process load dbt's plans and open the consumers).
@@ -252,18 +271,87 @@ def _measure(
     for thread in pollers:
         thread.join(120)
     say(f"freshness: sent {number - 1} markers per board")
-    return {board: [entry[3] for entry in entries] for board, entries in pending.items()}
+    return {
+        board: [{"tag": e[1], "latency": e[3], "sent": e[4], "published": e[5]} for e in entries]
+        for board, entries in pending.items()
+    }
+
+
+def _wall(iso_time: str | None) -> float | None:
+    if not iso_time:
+        return None
+    return datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp()
+
+
+def stored_at(data: Path, database: str) -> dict[str, dict[str, float]]:
+    """Per board, when each marker was stored in the engine (its batch's `_received_at` in the
+    board's incoming log: taken from Kafka and handed to the engine), by tag. Read from the
+    data directory once the server has stopped (one process owns an embedded engine)."""
+    from bench.common import bench_config
+    from toplist.boards import BOARDS as WAYS_IN
+    from toplist.engine import connect
+
+    client = connect(bench_config(data, database=database))
+    try:
+        return {
+            board: dict(
+                client.query(
+                    f"""
+                    SELECT extract(raw_message, '"(fresh-[0-9]+)"') AS tag,
+                        toUnixTimestamp64Milli(min(_received_at)) / 1000
+                    FROM {database}.{WAYS_IN[board].log}
+                    WHERE tag != '' GROUP BY tag
+                    """
+                ).result_rows
+            )
+            for board in BOARDS
+        }
+    finally:
+        client.close()
+
+
+def _quantiles(values: list[float]) -> tuple[float | None, float | None]:
+    values = sorted(values)
+    if not values:
+        return None, None
+    return values[len(values) // 2], values[min(len(values) - 1, int(len(values) * 0.99))]
 
 
 def render(report: dict) -> str:
+    def stage(r: dict, name: str) -> str:
+        p50, p99 = r["stages_p50_p99_s"][name]
+        return "-" if p50 is None else f"{p50:.2f} / {p99:.2f}"
+
     rows = [
-        [board, r["markers"], r["seen"], r["p50_s"], r["p99_s"], r["max_s"], r["target_p99_s"]]
+        [
+            board,
+            r["markers"],
+            r["seen"],
+            r["p50_s"],
+            r["p99_s"],
+            r["max_s"],
+            r["target_p99_s"],
+            stage(r, "produce_to_stored"),
+            stage(r, "stored_to_published"),
+            stage(r, "published_to_seen"),
+        ]  # fmt: skip
         for board, r in report["summary"].items()
     ]
     return table(
         f"Freshness: produce to first answer that counts it, {report['rate']:,} events/s for"
         f" {report['seconds']:g} s, charts published every {report['charts_every']:g} s",
-        ["board", "markers", "seen", "p50 s", "p99 s", "max s", "target p99 s"],
+        [
+            "board",
+            "markers",
+            "seen",
+            "p50 s",
+            "p99 s",
+            "max s",
+            "target p99 s",
+            "to stored p50/p99",
+            "stored to published",
+            "published to seen",
+        ],  # fmt: skip
         rows,
     )
 
