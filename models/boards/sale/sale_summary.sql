@@ -1,8 +1,9 @@
 {{ config(order_by='tuple()') }}
 
-{#- One row: the sale's as_of and totals. orders, units and spend are exact; buyers is the
-    approximate number of distinct buyers in total (the union of every product's uniqCombined
-    state). -#}
+{#- One row: the sale's as_of and totals. orders, units and spend are exact, summed from the
+    per-product and per-buyer sums (every order counts in one product and one buyer), so the
+    orders are read once per publication, by those two models; buyers is the approximate
+    number of distinct buyers in total (the union of every product's uniqCombined state). -#}
 
 with
 
@@ -15,11 +16,17 @@ as_of as (
 totals as (
 
     select
-        toFloat64(count()) as orders,
-        toFloat64(sum(toInt128(units))) as units,
-        toFloat64(sum(toInt128(amount_cents))) as spend_cents,
-        toFloat64(uniqExact(product_id)) as products
-    from {{ ref('stg_toplist__orders') }}
+        toFloat64(sum(orders)) as orders,
+        toFloat64(sum(units)) as units,
+        toFloat64(count()) as products
+    from {{ ref('int_sale__products') }}
+
+),
+
+spend as (
+
+    select toFloat64(sum(spend_cents)) as spend_cents
+    from {{ ref('int_sale__buyers') }}
 
 ),
 
@@ -37,10 +44,11 @@ select
     map(
         'orders', totals.orders,
         'units', totals.units,
-        'spend_cents', totals.spend_cents,
+        'spend_cents', spend.spend_cents,
         'products', totals.products,
         'distinct_buyers', buyers.buyers
     ) :: Map(LowCardinality(String), Float64) as stats
 from as_of
 cross join totals
+cross join spend
 cross join buyers
