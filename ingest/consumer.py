@@ -234,7 +234,11 @@ class KafkaIngest:
                         self._stop.wait(self._backoff)
                         continue
                 room = self.config.kafka_batch_rows - len(batch)
-                for message in consumer.consume(num_messages=min(room, 10_000), timeout=0.2):
+                wait = 0.2  # no longer than the batch has left before it is due
+                if batch:
+                    due_in = batch.started + self._batch_seconds - time.monotonic()
+                    wait = min(wait, max(0.0, due_in))
+                for message in consumer.consume(num_messages=min(room, 10_000), timeout=wait):
                     error = message.error()
                     if error is not None:
                         if error.code() != KafkaError._PARTITION_EOF:

@@ -87,6 +87,7 @@ def publish(
     board: str = CHARTS.name,
     before_commit: Callable[[str], None] | None = None,
     allow_older: bool = False,
+    prune: bool = True,
 ) -> Snapshot:
     """Rank `board` at `as_of` (default now; aligned as the board's models align it) and
     publish one snapshot of it.
@@ -94,7 +95,8 @@ def publish(
     `before_commit` runs after the entries are written and before the snapshot becomes
     current; an exception there aborts the publication like any other failure would. An
     as_of in the future is refused, and so is one older than the current snapshot's unless
-    `allow_older` (`check_as_of`).
+    `allow_older` (`check_as_of`). With `prune`, the board's old snapshots go afterwards
+    (`prune_snapshots`; the scheduler does it apart from its boards' runs).
     """
     spec = find_board(board)
     one_at_a_time = contextlib.nullcontext() if plan.usable(config) else _dbt_lock
@@ -106,7 +108,8 @@ def publish(
             _swept.add((config.database, spec.name))
         snapshot = _publish(client, config, spec, as_of, before_commit)
         write_snapshot_file(client, config, snapshot)
-        _prune(client, config, spec.name)
+        if prune:
+            prune_snapshots(client, config, spec.name)
     return snapshot
 
 
@@ -267,7 +270,7 @@ def discard_unregistered(client: Client, database: str, board: str) -> int:
     return left
 
 
-def _prune(client: Client, config: Config, board: str) -> None:
+def prune_snapshots(client: Client, config: Config, board: str) -> None:
     """Keep the newest `snapshot_retention` snapshots of `board`; older ones are deleted, a
     quarter of the retention at a time (at least one): a delete is a mutation costing a few
     hundred milliseconds, so a board published every second pays one every few publications

@@ -1,7 +1,8 @@
 """The snapshot schedule: an APScheduler job per board that publishes it on its own refresh
 (toplist/boards.py names the setting), one that answers requests for a publication (a
 correction with "publish": true) within a second, and one that runs the internal jobs queued
-(POST /internal/rebuild: publish/rebuild.py) one at a time.
+(POST /internal/rebuild: publish/rebuild.py) one at a time, and one that deletes the boards'
+old snapshots apart from their runs.
 
 Jobs are plain functions that tests call directly; a failed publication is logged and
 reported, and the last good snapshot stays current.
@@ -20,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from publish.publisher import publish
+from publish.publisher import prune_snapshots, publish
 from publish.rebuild import run_queued
 from toplist.boards import BOARDS
 from toplist.config import Config
@@ -31,17 +32,26 @@ log = logging.getLogger(__name__)
 
 REQUESTS_JOB_ID = "publish-requested"
 INTERNAL_JOBS_ID = "internal-jobs"
+PRUNE_JOB_ID = "prune-snapshots"
+# How often the scheduler deletes the old snapshots of its boards (`prune_job`).
+PRUNE_EVERY_SECONDS = 10
 
 # Told of every publication: (board, the snapshot or None, the error when it failed). The API
 # process uses it to refresh its cache at once and to count publications in /metrics.
 Listener = Callable[[str, Snapshot | None, str | None], None]
 
 
-def publish_job(config: Config, board: str, listener: Listener | None = None) -> Snapshot | None:
-    """Publish one snapshot of `board` now; on failure log it and keep the last good one."""
+def publish_job(
+    config: Config, board: str, listener: Listener | None = None, *, prune: bool = True
+) -> Snapshot | None:
+    """Publish one snapshot of `board` now; on failure log it and keep the last good one.
+    The boards not published on arrival are published at `Config.thread_priority`, so that
+    on a busy machine the live boards' publications and batches go first."""
     client = connect(config)
+    if priority := config.thread_priority(board):
+        client.set_client_setting("os_thread_priority", priority)
     try:
-        snapshot = publish(client, config, board=board)
+        snapshot = publish(client, config, board=board, prune=prune)
     except Exception as error:  # a failed run must never take the current board down
         log.exception("%s publication failed; the previous snapshot stays current", board)
         if listener:
@@ -95,7 +105,9 @@ class Paced:
                 return None
             self._running, self._again = True, False
         try:
-            return publish_job(self.config, self.board, self.listener)
+            # Old snapshots go in `prune_job`: a delete (a mutation, up to a second on a
+            # busy machine) would hold up this board's next run.
+            return publish_job(self.config, self.board, self.listener, prune=False)
         finally:
             with self._lock:
                 self.ended = time.monotonic()
@@ -173,6 +185,22 @@ def requested_boards(config: Config) -> list[str]:
         client.close()
 
 
+def prune_job(config: Config, boards: Iterable[str]) -> None:
+    """Delete the old snapshots of `boards` (`prune_snapshots`), apart from their runs and at
+    the bulk boards' priority; a failure is logged and tried again next time."""
+    client = connect(config)
+    if config.bulk_thread_priority:
+        client.set_client_setting("os_thread_priority", config.bulk_thread_priority)
+    try:
+        for board in boards:
+            try:
+                prune_snapshots(client, config, board)
+            except Exception:
+                log.exception("could not delete the old %s snapshots; trying again later", board)
+    finally:
+        client.close()
+
+
 def publish_requested(config: Config, listener: Listener | None = None) -> None:
     for board in requested_boards(config):
         publish_job(config, board, listener)
@@ -212,6 +240,15 @@ def start_scheduler(
             **first_run,
         )
         paced.scheduler = scheduler
+    scheduler.add_job(
+        prune_job,
+        "interval",
+        seconds=PRUNE_EVERY_SECONDS,
+        id=PRUNE_JOB_ID,
+        args=(config, boards),
+        max_instances=1,
+        coalesce=True,
+    )
     scheduler.add_job(
         publish_requested,
         "interval",

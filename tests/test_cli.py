@@ -269,6 +269,7 @@ def test_shelf_and_scoring_settings_that_cannot_work_are_refused_in_one_line():
         ({"TOPLIST_SCORING_VERSION": "v7"}, "TOPLIST_SCORING_VERSION must be one of"),
         ({"TOPLIST_SCORING_VERSIONS": "v2"}, "v1 among them"),
         ({"TOPLIST_SCORING_VERSIONS": "v1,v9"}, "TOPLIST_SCORING_VERSIONS must list"),
+        ({"TOPLIST_BULK_THREAD_PRIORITY": "20"}, "TOPLIST_BULK_THREAD_PRIORITY is a nice value"),
     ]:
         done = with_env(env, "migrate")
         assert done.returncode == 2 and says in done.stderr, (env, done.stderr)

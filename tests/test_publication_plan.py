@@ -22,6 +22,7 @@ from publish.scheduler import (
     events_arrived,
     job_id,
     next_cut,
+    prune_job,
     start_scheduler,
     stop_scheduler,
 )
@@ -125,6 +126,29 @@ def test_old_snapshots_go_a_quarter_of_the_retention_at_a_time(client, config):
     assert {snapshot_id for (snapshot_id,) in entries} == kept[-1], "entries outlived their row"
 
 
+def test_a_scheduled_board_leaves_its_old_snapshots_to_the_prune_job(client, config):
+    """A delete is a mutation, up to a second on a busy machine, which a board published
+    every second would wait for before its next run: the scheduler's runs leave the old
+    snapshots to its prune job, which keeps the same retention."""
+    config = replace(config, snapshot_retention=4)
+    load_lines(client, config.database, _events("sale"), board=BOARDS["sale"])
+    job = Paced(config, "sale", None)
+    for _ in range(7):
+        assert job() is not None
+        job.ended = job.lasted = 0.0  # no pacing between these runs
+
+    def kept() -> int:
+        return int(
+            client.command(
+                f"SELECT count() FROM {config.database}.board_snapshots WHERE board = 'sale'"
+            )
+        )
+
+    assert kept() == 7, "a scheduled run deleted old snapshots itself"
+    prune_job(config, ["sale"])
+    assert kept() == 4
+
+
 def test_a_scheduled_board_spends_at_most_half_the_time_publishing(client, config):
     """A run due sooner after the last one ended than that one lasted is skipped."""
     load_lines(client, config.database, _events("sale"), board=BOARDS["sale"])
@@ -222,3 +246,27 @@ def test_stopping_the_scheduler_waits_for_a_run_under_way_and_returns(client, co
     stopping.join(60)
     assert not stopping.is_alive(), "the scheduler never stopped"
     assert not paced._running
+
+
+def test_the_boards_published_on_a_refresh_yield_the_cores_to_the_live_ones(
+    client, config, monkeypatch
+):
+    """The charts and the shelves rank more data and are due less often: their publications
+    and batches run at a lower priority (a nice value, TOPLIST_BULK_THREAD_PRIORITY), so the
+    live boards' go first on a busy machine; the engine holds the setting each one ran with."""
+    from publish import scheduler
+
+    ran_at = {}
+    monkeypatch.setattr(
+        scheduler,
+        "publish",
+        lambda engine, _config, board, **_: ran_at.setdefault(
+            board, int(engine.command("SELECT getSetting('os_thread_priority')"))
+        ),
+    )
+    for board in BOARDS:
+        scheduler.publish_job(config, board)
+    assert ran_at == {"charts": 10, "listeners": 0, "sale": 0, "popular": 10}
+    ran_at.clear()
+    scheduler.publish_job(replace(config, bulk_thread_priority=0), "charts")
+    assert ran_at == {"charts": 0}

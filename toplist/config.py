@@ -140,6 +140,11 @@ class Config:
     # boards that must move within seconds.
     kafka_batch_seconds: float = 0.5
     kafka_bulk_batch_seconds: float = 2.0
+    # The nice value (0-19) the engine's threads take while they publish the other boards or
+    # apply their batches, so that on a busy machine the live boards go first (ClickHouse's
+    # os_thread_priority; it takes effect where the process has CAP_SYS_NICE, and is ignored
+    # elsewhere). 0: every board alike.
+    bulk_thread_priority: int = 10
     # The other boards' topics (the charts' is kafka_topic); each board consumes its own topic
     # as consumer group `<kafka_group>-<board>`.
     kafka_topic_listeners: str = "playbacks"
@@ -231,6 +236,11 @@ class Config:
                 f"TOPLIST_K_MAX ({self.k_max}) cannot exceed TOPLIST_KEEP_TOP ({self.keep_top}):"
                 " a snapshot only holds the top TOPLIST_KEEP_TOP rows"
             )
+        if not 0 <= self.bulk_thread_priority <= 19:
+            raise ConfigError(
+                "TOPLIST_BULK_THREAD_PRIORITY is a nice value from 0 (every board alike) to 19,"
+                f" got {self.bulk_thread_priority}"
+            )
         if not 1 <= self.default_k <= self.k_max:
             raise ConfigError(f"TOPLIST_DEFAULT_K must lie in 1..{self.k_max}")
         brokers = self.kafka_brokers.split(",") if self.kafka_brokers else []
@@ -279,6 +289,11 @@ class Config:
         """How long the embedded consumer of a board gathers a batch before writing it."""
         live = find_board(board).publish_on_arrival
         return self.kafka_batch_seconds if live else self.kafka_bulk_batch_seconds
+
+    def thread_priority(self, board: str) -> int:
+        """The nice value of the engine's threads publishing `board` or applying its batches:
+        0 for the live boards, `bulk_thread_priority` for the others."""
+        return 0 if find_board(board).publish_on_arrival else self.bulk_thread_priority
 
     def stale_after(self, board: str) -> float:
         """When a board's snapshot is reported stale: its own setting, or three missed
@@ -356,6 +371,9 @@ class Config:
             ),
             kafka_bulk_batch_seconds=_float(
                 env, "TOPLIST_KAFKA_BULK_BATCH_SECONDS", base.kafka_bulk_batch_seconds
+            ),
+            bulk_thread_priority=_int(
+                env, "TOPLIST_BULK_THREAD_PRIORITY", base.bulk_thread_priority
             ),
             kafka_topic_listeners=env.get("TOPLIST_KAFKA_TOPIC_LISTENERS")
             or base.kafka_topic_listeners,
