@@ -39,6 +39,7 @@ import requests
 
 from bench.common import (
     arguments,
+    bench_config,
     create_topics,
     say,
     scratch,
@@ -166,6 +167,7 @@ def run(seconds: float, rate: int, charts_every: float, brokers: str | None) -> 
     for board, markers_sent in latencies.items():
         values = [m["latency"] for m in markers_sent]
         seen = sorted(v for v in values if v is not None)
+        p50, p99 = _quantiles(seen)
         # Where the time went: produce to stored (Kafka, the consumer's batch and the write
         # before it), stored to published (applying the batch, waiting for a publication to
         # begin, publishing), published to seen (the API and the poller's 50 ms).
@@ -178,8 +180,8 @@ def run(seconds: float, rate: int, charts_every: float, brokers: str | None) -> 
         summary[board] = {
             "markers": len(values),
             "seen": len(seen),
-            "p50_s": seen[len(seen) // 2] if seen else None,
-            "p99_s": seen[min(len(seen) - 1, int(len(seen) * 0.99))] if seen else None,
+            "p50_s": p50,
+            "p99_s": p99,
             "max_s": seen[-1] if seen else None,
             "target_p99_s": TARGETS.get(board, charts_every),
             "stages_p50_p99_s": {
@@ -287,7 +289,6 @@ def stored_at(data: Path, database: str) -> dict[str, dict[str, float]]:
     """Per board, when each marker was stored in the engine (its batch's `_received_at` in the
     board's incoming log: taken from Kafka and handed to the engine), by tag. Read from the
     data directory once the server has stopped (one process owns an embedded engine)."""
-    from bench.common import bench_config
     from toplist.boards import BOARDS as WAYS_IN
     from toplist.engine import connect
 
@@ -334,7 +335,7 @@ def render(report: dict) -> str:
             stage(r, "produce_to_stored"),
             stage(r, "stored_to_published"),
             stage(r, "published_to_seen"),
-        ]  # fmt: skip
+        ]
         for board, r in report["summary"].items()
     ]
     return table(
@@ -351,7 +352,7 @@ def render(report: dict) -> str:
             "to stored p50/p99",
             "stored to published",
             "published to seen",
-        ],  # fmt: skip
+        ],
         rows,
     )
 

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
+from clickhouse_connect.driver.client import Client
 
 from publish.publisher import prune_snapshots, publish
 from publish.rebuild import run_queued
@@ -47,9 +48,7 @@ def publish_job(
     """Publish one snapshot of `board` now; on failure log it and keep the last good one.
     The boards not published on arrival are published at `Config.thread_priority`, so that
     on a busy machine the live boards' publications and batches go first."""
-    client = connect(config)
-    if priority := config.thread_priority(board):
-        client.set_client_setting("os_thread_priority", priority)
+    client = _connect_at(config, config.thread_priority(board))
     try:
         snapshot = publish(client, config, board=board, prune=prune)
     except Exception as error:  # a failed run must never take the current board down
@@ -62,6 +61,14 @@ def publish_job(
     if listener:
         listener(board, snapshot, None)
     return snapshot
+
+
+def _connect_at(config: Config, priority: int) -> Client:
+    """A client whose queries run at the nice value `priority` (0: the engine's own)."""
+    client = connect(config)
+    if priority:
+        client.set_client_setting("os_thread_priority", priority)
+    return client
 
 
 def job_id(board: str) -> str:
@@ -188,9 +195,7 @@ def requested_boards(config: Config) -> list[str]:
 def prune_job(config: Config, boards: Iterable[str]) -> None:
     """Delete the old snapshots of `boards` (`prune_snapshots`), apart from their runs and at
     the bulk boards' priority; a failure is logged and tried again next time."""
-    client = connect(config)
-    if config.bulk_thread_priority:
-        client.set_client_setting("os_thread_priority", config.bulk_thread_priority)
+    client = _connect_at(config, config.bulk_thread_priority)
     try:
         for board in boards:
             try:
