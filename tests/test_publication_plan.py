@@ -126,13 +126,14 @@ def test_old_snapshots_go_a_quarter_of_the_retention_at_a_time(client, config):
     assert {snapshot_id for (snapshot_id,) in entries} == kept[-1], "entries outlived their row"
 
 
-def test_a_scheduled_board_leaves_its_old_snapshots_to_the_prune_job(client, config):
+@pytest.mark.parametrize("board", list(BOARDS))
+def test_a_scheduled_board_leaves_its_old_snapshots_to_the_prune_job(client, config, board):
     """A delete is a mutation, up to a second on a busy machine, which a board published
     every second would wait for before its next run: the scheduler's runs leave the old
-    snapshots to its prune job, which keeps the same retention."""
+    snapshots to its prune job, which keeps the same retention (every board)."""
     config = replace(config, snapshot_retention=4)
-    load_lines(client, config.database, _events("sale"), board=BOARDS["sale"])
-    job = Paced(config, "sale", None)
+    load_lines(client, config.database, _events(board), board=BOARDS[board])
+    job = Paced(config, board, None)
     for _ in range(7):
         assert job() is not None
         job.ended = job.lasted = 0.0  # no pacing between these runs
@@ -140,12 +141,14 @@ def test_a_scheduled_board_leaves_its_old_snapshots_to_the_prune_job(client, con
     def kept() -> int:
         return int(
             client.command(
-                f"SELECT count() FROM {config.database}.board_snapshots WHERE board = 'sale'"
+                f"SELECT count() FROM {config.database}.board_snapshots"
+                " WHERE board = {board:String}",
+                parameters={"board": board},
             )
         )
 
     assert kept() == 7, "a scheduled run deleted old snapshots itself"
-    prune_job(config, ["sale"])
+    prune_job(config, [board])
     assert kept() == 4
 
 
