@@ -15,9 +15,12 @@ answer can show, and shows as soon as a snapshot counts it:
 * charts: a listen of a new song, dated 15 minutes before the current 10-minute bucket (the
   current snapshot's windows take it); `/v1/charts/<country>/songs/<song>?window=1h` is 200.
 
-A poller asks for each marker every 50 ms. Prints p50 / p99 / max of event-to-answer latency
-per board beside the design's targets (sale 2 s, listeners 5 s, shelves 30 s, charts one
-publication interval).
+Every 50 ms a poller asks for each board's oldest marker not yet shown, and on through the
+later ones while they show: a board's markers are sent in order on one partition, so none
+shows before the ones sent earlier (asking for every waiting marker, the harness itself sent
+four times as many requests, ~350 a second, on the same two cores as the server). Prints p50
+/ p99 / max of event-to-answer latency per board beside the design's targets (sale 2 s,
+listeners 5 s, shelves 30 s, charts one publication interval).
 """
 
 from __future__ import annotations
@@ -217,14 +220,15 @@ def _measure(
                 waiting = [m for m in pending[board] if m[3] is None]
             if not waiting and stop.is_set():
                 return
-            for entry in waiting:
+            for entry in waiting:  # the oldest first; a later one never shows before it
                 try:
                     response = session.get(base + entry[2], timeout=5)
                 except requests.RequestException:
-                    continue
-                if shows(board, entry[1], response):
-                    entry[3] = time.monotonic() - entry[0]
-                    entry[5] = _wall(response.json().get("published_at"))
+                    break
+                if not shows(board, entry[1], response):
+                    break
+                entry[3] = time.monotonic() - entry[0]
+                entry[5] = _wall(response.json().get("published_at"))
             if stop.is_set() and time.monotonic() > deadline + 90:
                 return
             time.sleep(0.05)
