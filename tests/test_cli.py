@@ -270,10 +270,23 @@ def test_shelf_and_scoring_settings_that_cannot_work_are_refused_in_one_line():
         ({"TOPLIST_SCORING_VERSIONS": "v2"}, "v1 among them"),
         ({"TOPLIST_SCORING_VERSIONS": "v1,v9"}, "TOPLIST_SCORING_VERSIONS must list"),
         ({"TOPLIST_BULK_THREAD_PRIORITY": "20"}, "TOPLIST_BULK_THREAD_PRIORITY is a nice value"),
+        ({"TOPLIST_BULK_THREAD_PRIORITY": "-1"}, "TOPLIST_BULK_THREAD_PRIORITY is a nice value"),
+        ({"TOPLIST_LIVE_THREAD_PRIORITY": "20"}, "TOPLIST_LIVE_THREAD_PRIORITY is a nice value"),
+        ({"TOPLIST_LIVE_THREAD_PRIORITY": "-21"}, "TOPLIST_LIVE_THREAD_PRIORITY must be at least"),
     ]:
         done = with_env(env, "migrate")
         assert done.returncode == 2 and says in done.stderr, (env, done.stderr)
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_every_nice_value_the_priorities_name_is_taken():
+    """0 (every board alike) and -20 are nice values too: the priorities take the whole range
+    their messages give (the bulk one refused 0 as "must be at least 1" before)."""
+    config = Config.from_env(
+        {"TOPLIST_BULK_THREAD_PRIORITY": "0", "TOPLIST_LIVE_THREAD_PRIORITY": "-20"}
+    )
+    assert (config.bulk_thread_priority, config.live_thread_priority) == (0, -20)
+    assert (config.thread_priority("charts"), config.thread_priority("sale")) == (0, -20)
 
 
 def test_the_live_boards_batch_by_the_half_second_and_the_others_by_two_seconds():

@@ -255,8 +255,9 @@ def test_the_boards_published_on_a_refresh_yield_the_cores_to_the_live_ones(
     client, config, monkeypatch
 ):
     """The charts and the shelves rank more data and are due less often: their publications
-    and batches run at a lower priority (a nice value, TOPLIST_BULK_THREAD_PRIORITY), so the
-    live boards' go first on a busy machine; the engine holds the setting each one ran with."""
+    and batches run at a lower priority (a nice value, TOPLIST_BULK_THREAD_PRIORITY), and the
+    live boards' at a higher one (TOPLIST_LIVE_THREAD_PRIORITY), so those go first on a busy
+    machine; the engine holds the setting each one ran with."""
     from publish import scheduler
 
     ran_at = {}
@@ -269,7 +270,8 @@ def test_the_boards_published_on_a_refresh_yield_the_cores_to_the_live_ones(
     )
     for board in BOARDS:
         scheduler.publish_job(config, board)
-    assert ran_at == {"charts": 10, "listeners": 0, "sale": 0, "popular": 10}
+    assert ran_at == {"charts": 10, "listeners": -5, "sale": -5, "popular": 10}
     ran_at.clear()
     scheduler.publish_job(replace(config, bulk_thread_priority=0), "charts")
-    assert ran_at == {"charts": 0}
+    scheduler.publish_job(replace(config, live_thread_priority=0), "sale")
+    assert ran_at == {"charts": 0, "sale": 0}

@@ -145,6 +145,11 @@ class Config:
     # os_thread_priority; it takes effect where the process has CAP_SYS_NICE, and is ignored
     # elsewhere). 0: every board alike.
     bulk_thread_priority: int = 10
+    # The nice value (-20-19) of the live boards' publications and batches: below 0, they go
+    # before the engine's background merges, the API workers and the consumers too. Their
+    # runs are paced to at most half the time (publish/scheduler.py `Paced`), so they cannot
+    # take a core for good. 0: as every other thread.
+    live_thread_priority: int = -5
     # The other boards' topics (the charts' is kafka_topic); each board consumes its own topic
     # as consumer group `<kafka_group>-<board>`.
     kafka_topic_listeners: str = "playbacks"
@@ -241,6 +246,11 @@ class Config:
                 "TOPLIST_BULK_THREAD_PRIORITY is a nice value from 0 (every board alike) to 19,"
                 f" got {self.bulk_thread_priority}"
             )
+        if not -20 <= self.live_thread_priority <= 19:
+            raise ConfigError(
+                "TOPLIST_LIVE_THREAD_PRIORITY is a nice value from -20 to 19 (0: as every"
+                f" other thread), got {self.live_thread_priority}"
+            )
         if not 1 <= self.default_k <= self.k_max:
             raise ConfigError(f"TOPLIST_DEFAULT_K must lie in 1..{self.k_max}")
         brokers = self.kafka_brokers.split(",") if self.kafka_brokers else []
@@ -292,8 +302,10 @@ class Config:
 
     def thread_priority(self, board: str) -> int:
         """The nice value of the engine's threads publishing `board` or applying its batches:
-        0 for the live boards, `bulk_thread_priority` for the others."""
-        return 0 if find_board(board).publish_on_arrival else self.bulk_thread_priority
+        `live_thread_priority` for the live boards, `bulk_thread_priority` for the others."""
+        if find_board(board).publish_on_arrival:
+            return self.live_thread_priority
+        return self.bulk_thread_priority
 
     def stale_after(self, board: str) -> float:
         """When a board's snapshot is reported stale: its own setting, or three missed
@@ -373,7 +385,10 @@ class Config:
                 env, "TOPLIST_KAFKA_BULK_BATCH_SECONDS", base.kafka_bulk_batch_seconds
             ),
             bulk_thread_priority=_int(
-                env, "TOPLIST_BULK_THREAD_PRIORITY", base.bulk_thread_priority
+                env, "TOPLIST_BULK_THREAD_PRIORITY", base.bulk_thread_priority, minimum=-20
+            ),
+            live_thread_priority=_int(
+                env, "TOPLIST_LIVE_THREAD_PRIORITY", base.live_thread_priority, minimum=-20
             ),
             kafka_topic_listeners=env.get("TOPLIST_KAFKA_TOPIC_LISTENERS")
             or base.kafka_topic_listeners,
