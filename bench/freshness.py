@@ -18,7 +18,7 @@ answer can show, and shows as soon as a snapshot counts it:
 Every 50 ms a poller asks for each board's oldest marker not yet shown, and on through the
 later ones while they show: a board's markers are sent in order on one partition, so none
 shows before the ones sent earlier (asking for every waiting marker, the harness itself sent
-four times as many requests, ~350 a second, on the same two cores as the server). Prints p50
+four times as many requests, ~330 a second, on the same two cores as the server). Prints p50
 / p99 / max of event-to-answer latency per board beside the design's targets (sale 2 s,
 listeners 5 s, shelves 30 s, charts one publication interval).
 """
