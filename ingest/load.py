@@ -144,7 +144,9 @@ def write_batch(
     _store(client, database, batch_id, columns, board)
     rows, config = len(columns["raw_message"]), opened_with(client)
     parts = rows // config.ingest_lane_rows if config else 1
-    _apply(client, database, batch_id, board, parts=max(1, parts))
+    # One part: a live board's half-second batch, which goes first; a bigger one (a load, a
+    # consumer catching up) runs like the engine's other work.
+    _apply(client, database, batch_id, board, parts=max(1, parts), urgent=parts <= 1)
     _record_done(client, database, batch_id, repaired=False, board=board)
 
 
@@ -185,7 +187,12 @@ def _store(
 
 
 def _apply(
-    client: Client, database: str, batch_id: uuid.UUID, board: Board, parts: int | None = None
+    client: Client,
+    database: str,
+    batch_id: uuid.UUID,
+    board: Board,
+    parts: int | None = None,
+    urgent: bool = False,
 ) -> None:
     """Run the chain behind the incoming table on a stored batch, in as many parts side by side
     as the client has lanes (`toplist.engine.lanes`, TOPLIST_INGEST_LANES), `parts` at most.
@@ -198,13 +205,17 @@ def _apply(
     it each branch of a multiIf is evaluated apart, so the parse views read the same JSON once
     per JSON function instead of once per field (300k listens through the whole chain: 2.9 s
     instead of 4.4 s). Every part is waited for; the first failure is raised after (the batch
-    is then not done, and its repair undoes every part). The other boards' batches run at
-    `Config.thread_priority`, below the live boards'.
+    is then not done, and its repair undoes every part). The batches run at
+    `Config.thread_priority`: the charts' and shelves' below the live boards', and a live
+    board's above the rest only when `urgent` (a batch small enough for one part), so that a
+    load or a backlog of them never holds the cores above the API and the merges.
     """
     names = ", ".join(INCOMING_COLUMNS)
     clients = lanes(client)[:parts]
     config = opened_with(client)
     priority = config.thread_priority(board.name) if config else 0
+    if not urgent:
+        priority = max(0, priority)
     split = (
         "AND cityHash64(JSONExtractString(raw_message, {key:String})) % {parts:UInt32}"
         " = {part:UInt32}"

@@ -46,8 +46,8 @@ def publish_job(
     config: Config, board: str, listener: Listener | None = None, *, prune: bool = True
 ) -> Snapshot | None:
     """Publish one snapshot of `board` now; on failure log it and keep the last good one.
-    The boards not published on arrival are published at `Config.thread_priority`, so that
-    on a busy machine the live boards' publications and batches go first."""
+    Each board is published at its `Config.thread_priority`, so that on a busy machine the
+    live boards' publications go first and the charts' and shelves' last."""
     client = _connect_at(config, config.thread_priority(board))
     try:
         snapshot = publish(client, config, board=board, prune=prune)

@@ -270,8 +270,8 @@ def test_shelf_and_scoring_settings_that_cannot_work_are_refused_in_one_line():
         ({"TOPLIST_SCORING_VERSIONS": "v2"}, "v1 among them"),
         ({"TOPLIST_SCORING_VERSIONS": "v1,v9"}, "TOPLIST_SCORING_VERSIONS must list"),
         ({"TOPLIST_BULK_THREAD_PRIORITY": "20"}, "TOPLIST_BULK_THREAD_PRIORITY is a nice value"),
-        ({"TOPLIST_BULK_THREAD_PRIORITY": "-1"}, "TOPLIST_BULK_THREAD_PRIORITY is a nice value"),
-        ({"TOPLIST_LIVE_THREAD_PRIORITY": "20"}, "TOPLIST_LIVE_THREAD_PRIORITY is a nice value"),
+        ({"TOPLIST_BULK_THREAD_PRIORITY": "-1"}, "TOPLIST_BULK_THREAD_PRIORITY must be at least 0"),
+        ({"TOPLIST_LIVE_THREAD_PRIORITY": "11"}, "the live boards never go after the others"),
         ({"TOPLIST_LIVE_THREAD_PRIORITY": "-21"}, "TOPLIST_LIVE_THREAD_PRIORITY must be at least"),
     ]:
         done = with_env(env, "migrate")
@@ -280,8 +280,8 @@ def test_shelf_and_scoring_settings_that_cannot_work_are_refused_in_one_line():
 
 
 def test_every_nice_value_the_priorities_name_is_taken():
-    """0 (every board alike) and -20 are nice values too: the priorities take the whole range
-    their messages give (the bulk one refused 0 as "must be at least 1" before)."""
+    """0 and -20 are nice values too: the priorities take the whole range their messages give
+    (the bulk one refused 0, "as the engine's other threads", as "must be at least 1" before)."""
     config = Config.from_env(
         {"TOPLIST_BULK_THREAD_PRIORITY": "0", "TOPLIST_LIVE_THREAD_PRIORITY": "-20"}
     )

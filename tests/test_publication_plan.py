@@ -275,3 +275,40 @@ def test_the_boards_published_on_a_refresh_yield_the_cores_to_the_live_ones(
     scheduler.publish_job(replace(config, bulk_thread_priority=0), "charts")
     scheduler.publish_job(replace(config, live_thread_priority=0), "sale")
     assert ran_at == {"charts": 0, "sale": 0}
+
+
+@pytest.mark.parametrize("board", list(BOARDS))
+def test_a_live_boards_short_batch_goes_first_and_a_big_one_does_not(client, config, board):
+    """A live board's consumer batch (half a second: one part) is applied above the rest, at
+    TOPLIST_LIVE_THREAD_PRIORITY; a batch big enough to be split (a load, a backlog) runs at 0
+    at most, so it never holds the cores above the API and the merges. The charts' and
+    shelves' run at TOPLIST_BULK_THREAD_PRIORITY either way."""
+    from ingest import load
+    from toplist.engine import connect
+
+    spec, lines = BOARDS[board], _events(board)[:40]
+    applied_at: list[int] = []
+    lanes = load.lanes
+
+    class Recording:
+        def __init__(self, lane):
+            self.lane = lane
+
+        def command(self, statement, **kwargs):
+            applied_at.append(int(re.search(r"os_thread_priority = (-?\d+)", statement)[1]))
+            return self.lane.command(statement, **kwargs)
+
+    def load_in_parts_of(rows: int, part: list[str]) -> set[int]:
+        applied_at.clear()
+        engine = connect(replace(config, ingest_lane_rows=rows))
+        try:
+            load_lines(engine, config.database, part, board=spec)
+        finally:
+            engine.close()
+        return set(applied_at)
+
+    live = spec.publish_on_arrival
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(load, "lanes", lambda engine: [Recording(lane) for lane in lanes(engine)])
+        assert load_in_parts_of(20_000, lines[:20]) == {-5 if live else 10}
+        assert load_in_parts_of(5, lines[20:]) == {0 if live else 10}

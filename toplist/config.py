@@ -140,15 +140,16 @@ class Config:
     # boards that must move within seconds.
     kafka_batch_seconds: float = 0.5
     kafka_bulk_batch_seconds: float = 2.0
-    # The nice value (0-19) the engine's threads take while they publish the other boards or
-    # apply their batches, so that on a busy machine the live boards go first (ClickHouse's
-    # os_thread_priority; it takes effect where the process has CAP_SYS_NICE, and is ignored
-    # elsewhere). 0: every board alike.
+    # The nice value (0-19) the engine's threads take while they publish the charts and
+    # shelves or apply their batches, so that on a busy machine the live boards go first
+    # (ClickHouse's os_thread_priority; it takes effect where the process has CAP_SYS_NICE,
+    # and is ignored elsewhere). 0: as the engine's other threads.
     bulk_thread_priority: int = 10
-    # The nice value (-20-19) of the live boards' publications and batches: below 0, they go
-    # before the engine's background merges, the API workers and the consumers too. Their
-    # runs are paced to at most half the time (publish/scheduler.py `Paced`), so they cannot
-    # take a core for good. 0: as every other thread.
+    # The nice value (-20 up to bulk_thread_priority) of the live boards' publications and of
+    # their consumers' half-second batches: below 0, they go before the engine's background
+    # merges, the API workers and the consumers too. Their runs are paced to at most half the
+    # time (publish/scheduler.py `Paced`), and a bigger batch of theirs (a load, a backlog)
+    # runs at 0 (ingest/load.py `_apply`), so they cannot hold a core. 0: as every other thread.
     live_thread_priority: int = -5
     # The other boards' topics (the charts' is kafka_topic); each board consumes its own topic
     # as consumer group `<kafka_group>-<board>`.
@@ -243,13 +244,14 @@ class Config:
             )
         if not 0 <= self.bulk_thread_priority <= 19:
             raise ConfigError(
-                "TOPLIST_BULK_THREAD_PRIORITY is a nice value from 0 (every board alike) to 19,"
-                f" got {self.bulk_thread_priority}"
+                "TOPLIST_BULK_THREAD_PRIORITY is a nice value from 0 (as the engine's other"
+                f" threads) to 19, got {self.bulk_thread_priority}"
             )
-        if not -20 <= self.live_thread_priority <= 19:
+        if not -20 <= self.live_thread_priority <= self.bulk_thread_priority:
             raise ConfigError(
-                "TOPLIST_LIVE_THREAD_PRIORITY is a nice value from -20 to 19 (0: as every"
-                f" other thread), got {self.live_thread_priority}"
+                "TOPLIST_LIVE_THREAD_PRIORITY is a nice value from -20 up to"
+                f" TOPLIST_BULK_THREAD_PRIORITY ({self.bulk_thread_priority}): the live boards"
+                f" never go after the others; got {self.live_thread_priority}"
             )
         if not 1 <= self.default_k <= self.k_max:
             raise ConfigError(f"TOPLIST_DEFAULT_K must lie in 1..{self.k_max}")
@@ -385,7 +387,7 @@ class Config:
                 env, "TOPLIST_KAFKA_BULK_BATCH_SECONDS", base.kafka_bulk_batch_seconds
             ),
             bulk_thread_priority=_int(
-                env, "TOPLIST_BULK_THREAD_PRIORITY", base.bulk_thread_priority, minimum=-20
+                env, "TOPLIST_BULK_THREAD_PRIORITY", base.bulk_thread_priority, minimum=0
             ),
             live_thread_priority=_int(
                 env, "TOPLIST_LIVE_THREAD_PRIORITY", base.live_thread_priority, minimum=-20
