@@ -2,9 +2,12 @@
 
 with
 
+-- the sums of each window, scope and song (the engine adds up the rows a moved build added:
+-- `final` below)
 windowed as (
 
-    select * from {{ ref('int_listens__windowed') }}
+    select window_name, scope, song_id, listens from {{ ref('int_listens__windowed') }}
+    where listens > 0
 
 ),
 
@@ -69,3 +72,4 @@ final as (
 )
 
 select * from final
+settings final = 1
