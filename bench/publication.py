@@ -206,7 +206,8 @@ def measure_moved(client, config, as_of, runs, events, songs, hot) -> tuple[dict
 
 def _forget_sums(client, db: str) -> None:
     """What a rebuild does to the kept sums: the next publication builds them whole."""
-    client.command(f"ALTER TABLE {db}.int_listens__windowed MODIFY COMMENT ''")
+    if int(client.command(f"EXISTS TABLE {db}.int_listens__windowed")):
+        client.command(f"ALTER TABLE {db}.int_listens__windowed MODIFY COMMENT ''")
 
 
 def _naive(client, db: str, keep_top: int, as_of: datetime) -> tuple:

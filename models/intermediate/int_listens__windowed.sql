@@ -40,50 +40,69 @@ with (select as_of from {{ ref('int_chart__as_of') }}) as as_of,
 -- counted again whole
 changed as (
 
-    select distinct {{ song_key('song_id') }} as song_key
+    select distinct song_id
     from {{ source('toplist', 'listens_by_10m') }}
     where toUInt64(splitByChar('_', _part)[3]) > {{ var('windows_read_block') }}
         and bucket_start < since
 
 ),
+
+-- a constant for the whole query: with no such song, nothing is read for them
+(select count() > 0 from changed) as any_changed,
 {%- endif %}
 
+{%- if moving %}
+
+-- moved: the rows near the windows' edges (each read by its sort key), of the songs not
+-- counted again whole; and every row of those that are
 buckets as (
 
-    select *, {{ 'false' if not moving else song_key('song_id') ~ ' in changed' }} as whole
-    from {{ ref('stg_toplist__listen_buckets') }}
-    {%- if moving %}
-    where ({{ moved_between('bucket', 'bucket_start', 'since', 'as_of') }}
-        and {{ song_key('song_id') }} not in changed)
-        or ({{ buckets_counted('bucket_start', 'as_of') }} and {{ song_key('song_id') }} in changed)
-    {%- else %}
-    where {{ buckets_counted('bucket_start', 'as_of') }}
-    {%- endif %}
+    select *, false as whole from {{ ref('stg_toplist__listen_buckets') }}
+    where {{ moved_between('bucket', 'bucket_start', 'since', 'as_of') }} and song_id not in changed
+    union all
+    select *, true as whole from {{ ref('stg_toplist__listen_buckets') }}
+    where any_changed and {{ buckets_counted('bucket_start', 'as_of') }} and song_id in changed
 
 ),
 
 days as (
 
-    select *, {{ 'false' if not moving else song_key('song_id') ~ ' in changed' }} as whole
-    from {{ ref('stg_toplist__listen_days') }}
-    {%- if moving %}
-    where ({{ moved_between('day', 'day', 'since', 'as_of') }}
-        and {{ song_key('song_id') }} not in changed)
-        or ({{ days_counted('day', 'as_of') }} and {{ song_key('song_id') }} in changed)
-    {%- else %}
-    where {{ days_counted('day', 'as_of') }}
-    {%- endif %}
+    select *, false as whole from {{ ref('stg_toplist__listen_days') }}
+    where {{ moved_between('day', 'day', 'since', 'as_of') }} and song_id not in changed
+    union all
+    select *, true as whole from {{ ref('stg_toplist__listen_days') }}
+    where any_changed and {{ days_counted('day', 'as_of') }} and song_id in changed
 
 ),
 
 totals as (
 
     select *, true as whole from {{ ref('stg_toplist__listen_totals') }}
-    {%- if moving %}
-    where {{ song_key('song_id') }} in changed
-    {%- endif %}
+    where any_changed and song_id in changed
 
 ),
+{%- else %}
+
+buckets as (
+
+    select *, false as whole from {{ ref('stg_toplist__listen_buckets') }}
+    where {{ buckets_counted('bucket_start', 'as_of') }}
+
+),
+
+days as (
+
+    select *, false as whole from {{ ref('stg_toplist__listen_days') }}
+    where {{ days_counted('day', 'as_of') }}
+
+),
+
+totals as (
+
+    select *, false as whole from {{ ref('stg_toplist__listen_totals') }}
+
+),
+{%- endif %}
 
 pieces as (
 
@@ -166,7 +185,7 @@ counted as (
 
     select window_name, scope, song_key, any(song_id) as song_id, -sum(listens) as listens
     from {{ this }}
-    where song_key in changed
+    where any_changed and song_key in (select {{ song_key('song_id') }} from changed)
     group by window_name, scope, song_key
     {%- else %}
     -- songs with no listens in a window never appear on its board
