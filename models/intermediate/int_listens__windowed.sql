@@ -49,29 +49,24 @@ changed as (
 
 -- a constant for the whole query: with no such song, nothing is read for them
 (select count() > 0 from changed) as any_changed,
-{%- endif %}
 
-{%- if moving %}
-
--- moved: the rows near the windows' edges (each read by its sort key), of the songs not
--- counted again whole; and every row of those that are
+-- moved: the rows near the windows' edges (read by their sort key) of the songs not counted
+-- again whole, and every row of those that are
 buckets as (
 
-    select *, false as whole from {{ ref('stg_toplist__listen_buckets') }}
-    where {{ moved_between('bucket', 'bucket_start', 'since', 'as_of') }} and song_id not in changed
-    union all
-    select *, true as whole from {{ ref('stg_toplist__listen_buckets') }}
-    where any_changed and {{ buckets_counted('bucket_start', 'as_of') }} and song_id in changed
+    select *, any_changed and song_id in changed as whole
+    from {{ ref('stg_toplist__listen_buckets') }}
+    where ({{ moved_between('bucket', 'bucket_start', 'since', 'as_of') }} and not whole)
+        or (whole and {{ buckets_counted('bucket_start', 'as_of') }})
 
 ),
 
 days as (
 
-    select *, false as whole from {{ ref('stg_toplist__listen_days') }}
-    where {{ moved_between('day', 'day', 'since', 'as_of') }} and song_id not in changed
-    union all
-    select *, true as whole from {{ ref('stg_toplist__listen_days') }}
-    where any_changed and {{ days_counted('day', 'as_of') }} and song_id in changed
+    select *, any_changed and song_id in changed as whole
+    from {{ ref('stg_toplist__listen_days') }}
+    where ({{ moved_between('day', 'day', 'since', 'as_of') }} and not whole)
+        or (whole and {{ days_counted('day', 'as_of') }})
 
 ),
 

@@ -18,10 +18,15 @@ build as (
 ),
 
 -- only the rows that can make their board are ranked (sorting 88k rows instead of 650k at 10M
--- events): those at or over their board's floor
-floors as (
+-- events): those at or over their board's floor. The sums are read once, each board's rows
+-- gathered with its floor
+boards as (
 
-    select window_name, scope, {{ rank_floor('listens', '(select keep_top from build)') }} as floor
+    select
+        window_name,
+        scope,
+        groupArray((song_id, listens)) as rows,
+        {{ rank_floor('listens', '(select keep_top from build)') }} as floor
     from windowed
     group by window_name, scope
 
@@ -29,10 +34,10 @@ floors as (
 
 candidates as (
 
-    select windowed.*
-    from windowed
-    inner join floors using (window_name, scope)
-    where windowed.listens >= floors.floor
+    select window_name, scope, row.1 as song_id, row.2 as listens
+    from boards
+    array join rows as row
+    where row.2 >= floor
 
 ),
 
