@@ -7,12 +7,8 @@ table `listens`, so its materialized views fill the bucket aggregates exactly as
 they spread over the 30 days before as_of, across 20 countries, with Zipf-like song
 popularity. Sizes are cumulative: one engine grows from the smallest size to the largest.
 
-whole     publish.publisher.publish: the dbt models over the aggregates (every country and
-          global x 5 windows, top 1000 kept, policy v1) into board_entries and the registry,
-          the window sums built whole (the first publication, or the first after a rebuild)
-moved     the same a bucket later, after a bucket's share of new events and a tenth as many
-          late ones arrived: the window sums kept since the last publication moved to the new
-          as_of (publish/plan.py "Moving"), as the scheduler publishes
+publish   publish.publisher.publish: the dbt models over the aggregates (every country and
+          global x 5 windows, top 1000 kept, policy v1) into board_entries and the registry
 naive     one query over the raw events: FINAL (dedup by event_id), minus voids and events
           beyond the horizon, GROUP BY scope (country and global) and song with one count per
           window, ORDER BY listens DESC, song_id, LIMIT 1000 BY window and scope
@@ -25,7 +21,6 @@ the baseline is known to be the same board. Beside the size sweep, at --sweep-at
 from __future__ import annotations
 
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 
 from bench.common import arguments, bench_config, median, say, scratch, side_by_side, table
@@ -61,18 +56,8 @@ def _size(text: str) -> int:
     return int(float(text.rstrip("KM")) * factor)
 
 
-def generate(
-    client,
-    db: str,
-    first: int,
-    last: int,
-    as_of: datetime,
-    songs: int,
-    hot: bool,
-    span_ms: int = 30 * 86_400_000,
-):
-    """Events number first..last-1 (deterministic: hashes of the number, no random state), in
-    the `span_ms` before as_of."""
+def generate(client, db: str, first: int, last: int, as_of: datetime, songs: int, hot: bool):
+    """Events number first..last-1 (deterministic: hashes of the number, no random state)."""
     countries = "[" + ",".join(f"'{c}'" for c in COUNTRIES) + "]"
     unit = "(cityHash64(number, {salt}) / 18446744073709551616.0)"
     song = f"toUInt32(floor(pow({songs}, {unit.format(salt=1)}))) - 1"
@@ -80,6 +65,7 @@ def generate(
         song = f"if(cityHash64(number, 2) % 10 < 3, 0, {song})"
     # Country weights fall off like the song's: the first countries are the busiest.
     country = f"{countries}[1 + toUInt32(floor(pow(20, {unit.format(salt=3)}))) - 1]"
+    span_ms = 30 * 86_400_000
     for start in range(first, last, CHUNK):
         count = min(CHUNK, last - start)
         client.command(
@@ -99,8 +85,7 @@ def generate(
             """,
             parameters={"as_of": as_of},
         )
-        if count > 100_000:
-            say(f"  generated {start + count:,} events")
+        say(f"  generated {start + count:,} events")
 
 
 def naive_sql(db: str, keep_top: int) -> str:
@@ -139,92 +124,36 @@ def fingerprint_sql(inner: str) -> str:
     )
 
 
-def publish(client, config, as_of: datetime):
-    from publish.publisher import publish as publish_board
-
-    return publish_board(client, config, as_of=as_of)
-
-
 def measure(client, config, as_of: datetime, runs: int) -> dict:
-    """Each run builds the window sums whole (what the first publication, and the first after
-    a rebuild, does), beside the naive query."""
+    from publish.publisher import publish
+
     db = config.database
-
-    def whole():
-        _forget_sums(client, db)
-        return publish(client, config, as_of=as_of)
-
     publish_s, naive_s, snapshot, naive = side_by_side(
-        whole, lambda: _naive(client, db, config.keep_top, as_of), runs
+        lambda: publish(client, config, as_of=as_of),
+        lambda: client.query(
+            fingerprint_sql(naive_sql(db, config.keep_top)), parameters={"as_of": as_of}
+        ).result_rows[0],
+        runs,
     )
+    published = client.query(
+        fingerprint_sql(
+            f"SELECT window_name, scope, item_id AS song_id, score AS listens"
+            f" FROM {db}.board_entries WHERE board = 'charts'"
+            f" AND snapshot_id = '{snapshot.snapshot_id}' AND policy = 'v1'"
+        )
+    ).result_rows[0]
+    aggregate_rows = int(client.command(f"SELECT count() FROM {db}.listens_by_10m"))
     p, n = median(publish_s), median(naive_s)
     return {
         "publish_seconds": p,
         "naive_seconds": n,
         "speedup": n / p,
-        "entries": _published(client, db, snapshot)[0],
-        "same_board": _published(client, db, snapshot) == naive,
-        "aggregate_rows": int(client.command(f"SELECT count() FROM {db}.listens_by_10m")),
+        "entries": int(published[0]),
+        "same_board": tuple(published) == tuple(naive),
+        "aggregate_rows": aggregate_rows,
         "publish_samples": publish_s,
         "naive_samples": naive_s,
     }
-
-
-def measure_moved(client, config, as_of, runs, events, songs, hot) -> tuple[dict, datetime]:
-    """Each run as the schedule publishes: a bucket later, after a bucket's share of the
-    events (10 minutes of 30 days') arrived, and a tenth as many late ones over the week
-    before; the sums kept since the last publication are moved, not built whole."""
-    db = config.database
-    publish(
-        client, config, as_of=as_of
-    )  # the sums kept at as_of, as the last publication left them
-    per_bucket = max(10, events // (30 * 144))
-    moved_s, naive_s, same = [], [], True
-    have = events
-    for _ in range(runs):
-        as_of += timedelta(minutes=10)
-        generate(client, db, have, have + per_bucket, as_of, songs, hot, span_ms=600_000)
-        have += per_bucket
-        generate(client, db, have, have + per_bucket // 10, as_of, songs, hot, 7 * 86_400_000)
-        have += per_bucket // 10
-        started = time.perf_counter()
-        snapshot = publish(client, config, as_of=as_of)
-        moved_s.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        naive = _naive(client, db, config.keep_top, as_of)
-        naive_s.append(time.perf_counter() - started)
-        same = same and _published(client, db, snapshot) == naive
-    return {
-        "moved_seconds": median(moved_s),
-        "moved_naive_seconds": median(naive_s),
-        "moved_speedup": median(naive_s) / median(moved_s),
-        "moved_same_board": same,
-        "moved_samples": moved_s,
-        "moved_events_per_run": per_bucket + per_bucket // 10,
-    }, as_of
-
-
-def _forget_sums(client, db: str) -> None:
-    """What a rebuild does to the kept sums: the next publication builds them whole."""
-    if int(client.command(f"EXISTS TABLE {db}.int_listens__windowed")):
-        client.command(f"ALTER TABLE {db}.int_listens__windowed MODIFY COMMENT ''")
-
-
-def _naive(client, db: str, keep_top: int, as_of: datetime) -> tuple:
-    sql = fingerprint_sql(naive_sql(db, keep_top))
-    return tuple(client.query(sql, parameters={"as_of": as_of}).result_rows[0])
-
-
-def _published(client, db: str, snapshot) -> tuple:
-    return tuple(
-        client.query(
-            fingerprint_sql(
-                f"SELECT window_name, scope, item_id AS song_id, score AS listens"
-                f" FROM {db}.board_entries WHERE board = 'charts'"
-                f" AND snapshot_id = '{snapshot.snapshot_id}' AND policy = 'v1'"
-            )
-        ).result_rows[0]
-    )
 
 
 def scenario(name: str, sizes: list[int], songs: int, hot: bool, runs: int) -> list[dict]:
@@ -234,8 +163,8 @@ def scenario(name: str, sizes: list[int], songs: int, hot: bool, runs: int) -> l
     config = bench_config(scratch("publish"))
     client = connect(config)
     migrate(client, config)
-    # Bucket-aligned and in the past (the moved runs go on from it a bucket at a time).
-    as_of = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=6)
+    # Bucket-aligned and in the past, so every run of a scenario ranks the same data.
+    as_of = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
     as_of -= timedelta(minutes=as_of.minute % 10)
     results, have = [], 0
     for size in sizes:
@@ -246,14 +175,9 @@ def scenario(name: str, sizes: list[int], songs: int, hot: bool, runs: int) -> l
             client.command(f"OPTIMIZE TABLE {config.database}.{aggregate} FINAL")
         result = {"scenario": name, "events": size, "songs": songs, "hot_song": hot}
         result.update(measure(client, config, as_of, runs))
-        moved, as_of = measure_moved(client, config, as_of, runs, size, songs, hot)
-        result.update(moved)
-        have = size + runs * moved["moved_events_per_run"]
         say(
-            f"  publish whole {result['publish_seconds']:.2f} s · moved a bucket"
-            f" {result['moved_seconds']:.2f} s · naive {result['naive_seconds']:.2f} s"
-            f" · {result['speedup']:.1f}x / {result['moved_speedup']:.1f}x"
-            f" · same board: {result['same_board']} / {result['moved_same_board']}"
+            f"  publish {result['publish_seconds']:.2f} s · naive {result['naive_seconds']:.2f} s"
+            f" · {result['speedup']:.1f}x · same board: {result['same_board']}"
         )
         results.append(result)
     client.close()
@@ -283,11 +207,9 @@ def render(report: dict) -> str:
             "yes" if r["hot_song"] else "no",
             r["aggregate_rows"],
             r["publish_seconds"],
-            r["moved_seconds"],
             r["naive_seconds"],
             r["speedup"],
-            r["moved_speedup"],
-            "yes" if r["same_board"] and r["moved_same_board"] else "NO",
+            "yes" if r["same_board"] else "NO",
         ]
         for r in report["results"]
     ]
@@ -301,11 +223,9 @@ def render(report: dict) -> str:
             "songs",
             "hot",
             "aggregate rows",
-            "whole s",
-            "moved s",
+            "publish s",
             "naive s",
-            "whole ×",
-            "moved ×",
+            "speedup",
             "same board",
         ],
         rows,

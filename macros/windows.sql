@@ -99,38 +99,3 @@
   toDateTime64(toStartOfInterval({{ moment }}, toIntervalSecond({{ step_seconds }})), 3, 'UTC')
   {%- endif -%}
 {%- endmacro %}
-
-{% macro moved_between(piece, time_column, since, as_of) -%}
-  {#- Whether a row of `piece` ('bucket' or 'day', starting at time_column) may count
-      differently towards some window at `as_of` than at `since` (an earlier as_of): a
-      superset of the rows whose window_share differs, as ranges of time_column (the rows'
-      sort key), so that moving window totals from `since` to `as_of` reads only the rows
-      near the windows' edges. A bucket moves when it enters a window's end [since, as_of)
-      or leaves its start [since - W, as_of - W); a day of a window of a day or more moves
-      when it stops being wholly inside the window, [since - W, as_of - W), or starts being
-      so, (since - 1 day, as_of - 1 day], and so do that day's buckets. The all-time totals
-      never move. -#}
-  {%- if piece == 'bucket' -%}
-  (({{ time_column }} >= {{ since }} and {{ time_column }} < {{ as_of }})
-  {%- for window_name, length in chart_windows().items() if length is not none %}
-    or ({{ time_column }} >= {{ since }} - toIntervalSecond({{ length }}) and {{ time_column }} < {{ as_of }} - toIntervalSecond({{ length }}))
-  {%- if counts_whole_days(window_name) %}
-    or {{ day_moved('toStartOfDay(' ~ time_column ~ ')', length, since, as_of) }}
-  {%- endif %}
-  {%- endfor %})
-  {%- elif piece == 'day' -%}
-  (false
-  {%- for window_name, length in chart_windows().items() if counts_whole_days(window_name) %}
-    or {{ day_moved(time_column, length, since, as_of) }}
-  {%- endfor %})
-  {%- else -%}
-  {{ exceptions.raise_compiler_error("moved_between: a piece is 'bucket' or 'day', not '" ~ piece ~ "'") }}
-  {%- endif -%}
-{%- endmacro %}
-
-{% macro day_moved(day_column, length, since, as_of) -%}
-  {#- The UTC day starting at day_column is wholly inside [as_of - length, as_of) at one of
-      the two as_ofs and not at the other (whole_day_within). -#}
-  (({{ day_column }} >= {{ since }} - toIntervalSecond({{ length }}) and {{ day_column }} < {{ as_of }} - toIntervalSecond({{ length }}))
-    or ({{ day_column }} > {{ since }} - toIntervalDay(1) and {{ day_column }} <= {{ as_of }} - toIntervalDay(1)))
-{%- endmacro %}

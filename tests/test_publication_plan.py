@@ -36,9 +36,7 @@ def built(client, config, board) -> dict[str, tuple]:
     out = {}
     for step in plan.steps(config, board):
         ddl = client.command(f"SHOW CREATE TABLE {step.relation}")
-        ddl = re.sub(r"UUID '[^']+'", "", ddl)
-        # what a plan keeps says so in its comment (publish/plan.py "Moving"); dbt's says nothing
-        ddl = re.sub(r"(\\n|\n)COMMENT .*$", "", ddl)
+        ddl = re.sub(r"UUID '[^']+'", "", ddl).replace("CREATE VIEW", "CREATE VIEW")
         rows = None
         if step.materialized == "table":
             rows = client.query(f"SELECT * FROM {step.relation} ORDER BY ALL").result_rows

@@ -179,20 +179,6 @@ def recount_buckets(client: Client, database: str, event_ids: str, parameters: d
             held_where=f"({keys}) IN ({touched})",
             parameters=parameters,
         )
-    # Last, each bucket recounted is written once more, as nothing (a sum of 0): the charts'
-    # window sums kept between publications count again whole every song whose buckets were
-    # written since they were read (models/intermediate/int_listens__windowed.sql), and so
-    # they see a recount even where only the sums of its buckets changed.
-    client.command(
-        f"""
-        INSERT INTO {database}.listens_by_10m (bucket_start, country, song_id, listens)
-        SELECT toplist_bucket_start(event_time) AS bucket_start, country, song_id,
-            sumState(toInt64(0))
-        FROM {database}.listens WHERE event_id IN ({event_ids})
-        GROUP BY bucket_start, country, song_id
-        """,
-        parameters=parameters,
-    )
 
 
 def _make_equal(

@@ -2,12 +2,9 @@
 
 with
 
--- the sums of each window, scope and song (the engine adds up the rows a moved build added:
--- `final` below)
 windowed as (
 
-    select window_name, scope, song_id, listens from {{ ref('int_listens__windowed') }}
-    where listens > 0
+    select * from {{ ref('int_listens__windowed') }}
 
 ),
 
@@ -18,15 +15,10 @@ build as (
 ),
 
 -- only the rows that can make their board are ranked (sorting 88k rows instead of 650k at 10M
--- events): those at or over their board's floor. The sums are read once, each board's rows
--- gathered with its floor
-boards as (
+-- events): those at or over their board's floor
+floors as (
 
-    select
-        window_name,
-        scope,
-        groupArray((song_id, listens)) as rows,
-        {{ rank_floor('listens', '(select keep_top from build)') }} as floor
+    select window_name, scope, {{ rank_floor('listens', '(select keep_top from build)') }} as floor
     from windowed
     group by window_name, scope
 
@@ -34,10 +26,10 @@ boards as (
 
 candidates as (
 
-    select window_name, scope, row.1 as song_id, row.2 as listens
-    from boards
-    array join rows as row
-    where row.2 >= floor
+    select windowed.*
+    from windowed
+    inner join floors using (window_name, scope)
+    where windowed.listens >= floors.floor
 
 ),
 
@@ -77,4 +69,3 @@ final as (
 )
 
 select * from final
-settings final = 1
