@@ -40,18 +40,23 @@ class LeaseRefused(RuntimeError):
     """Another publisher holds the board's lease; nothing was published."""
 
 
-def _latest(client: Client, database: str, board: str) -> tuple[int, str, bool, float]:
-    """(term, holder, released, age in seconds) of the board's latest term; term 0 if none."""
-    rows = client.query(
-        f"""
+def latest_sql(database: str) -> str:
+    """The board's latest term, read by the table's order: a live board claims two terms a
+    second, and its week of them (the TTL) summed whole took 0.12 s of every publication."""
+    return f"""
         SELECT term, anyIf(holder, kind = 'claim'), countIf(kind = 'release') > 0,
                dateDiff('millisecond', maxIf(at, kind = 'claim'), now64(3)) / 1000
         FROM {database}.publication_leases
-        WHERE board = {{board:String}}
-        GROUP BY term ORDER BY term DESC LIMIT 1
-        """,
-        parameters={"board": board},
-    ).result_rows
+        WHERE board = {{board:String}} AND term = (
+            SELECT term FROM {database}.publication_leases WHERE board = {{board:String}}
+            ORDER BY term DESC LIMIT 1)
+        GROUP BY term
+    """
+
+
+def _latest(client: Client, database: str, board: str) -> tuple[int, str, bool, float]:
+    """(term, holder, released, age in seconds) of the board's latest term; term 0 if none."""
+    rows = client.query(latest_sql(database), parameters={"board": board}).result_rows
     if not rows:
         return 0, "", True, 0.0
     term, holder, released, age = rows[0]
