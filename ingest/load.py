@@ -213,9 +213,7 @@ def _apply(
     names = ", ".join(INCOMING_COLUMNS)
     clients = lanes(client)[:parts]
     config = opened_with(client)
-    priority = config.thread_priority(board.name) if config else 0
-    if not urgent:
-        priority = max(0, priority)
+    priority = config.thread_priority(board.name, backlog=not urgent) if config else 0
     split = (
         "AND cityHash64(JSONExtractString(raw_message, {key:String})) % {parts:UInt32}"
         " = {part:UInt32}"

@@ -149,7 +149,7 @@ class Config:
     # their consumers' half-second batches: below 0, they go before the engine's background
     # merges, the API workers and the consumers too. Their runs are paced to at most half the
     # time (publish/scheduler.py `Paced`), and a bigger batch of theirs (a load, a backlog)
-    # runs at 0 (ingest/load.py `_apply`), so they cannot hold a core. 0: as every other thread.
+    # runs at 0 (`thread_priority`), so they cannot hold a core. 0: as every other thread.
     live_thread_priority: int = -5
     # The other boards' topics (the charts' is kafka_topic); each board consumes its own topic
     # as consumer group `<kafka_group>-<board>`.
@@ -302,12 +302,14 @@ class Config:
         live = find_board(board).publish_on_arrival
         return self.kafka_batch_seconds if live else self.kafka_bulk_batch_seconds
 
-    def thread_priority(self, board: str) -> int:
+    def thread_priority(self, board: str, *, backlog: bool = False) -> int:
         """The nice value of the engine's threads publishing `board` or applying its batches:
-        `live_thread_priority` for the live boards, `bulk_thread_priority` for the others."""
-        if find_board(board).publish_on_arrival:
-            return self.live_thread_priority
-        return self.bulk_thread_priority
+        `live_thread_priority` for the live boards, `bulk_thread_priority` for the others. A
+        `backlog` (a batch big enough to be split: a load, a consumer catching up) never goes
+        above the engine's other work: 0 at most."""
+        if not find_board(board).publish_on_arrival:
+            return self.bulk_thread_priority
+        return max(0, self.live_thread_priority) if backlog else self.live_thread_priority
 
     def stale_after(self, board: str) -> float:
         """When a board's snapshot is reported stale: its own setting, or three missed
