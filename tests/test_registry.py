@@ -118,7 +118,8 @@ def test_two_publishers_of_one_board_never_interleave(client, config):
     assert publish(client, config, NOW).board == "charts"
 
 
-def test_the_lease_reads_its_latest_term_only_however_long_its_history(client, config):
+@pytest.mark.parametrize("board", list(BOARDS))
+def test_the_lease_reads_its_latest_term_only_however_long_its_history(client, config, board):
     """A live board claims up to two terms a second and keeps a week of them (the TTL);
     finding the latest term summed them all, 0.12 s of every publication after a week
     (bench/README.md). It reads the latest term's rows only, and the lease still holds."""
@@ -126,18 +127,19 @@ def test_the_lease_reads_its_latest_term_only_however_long_its_history(client, c
     client.command(
         f"""
         INSERT INTO {db}.publication_leases (board, term, kind, holder)
-        SELECT 'sale', number + 1, arrayJoin(['claim', 'release']), 'host-a:1:aa'
+        SELECT {{board:String}}, number + 1, arrayJoin(['claim', 'release']), 'host-a:1:aa'
         FROM numbers(300000)
-        """
+        """,
+        parameters={"board": board},
     )
     server = replace(config, clickhouse_url="http://clickhouse:8123")  # several processes
-    assert claim(client, server, "sale", holder="host-b:2:bb").term == 300_001
+    assert claim(client, server, board, holder="host-b:2:bb").term == 300_001
     with pytest.raises(LeaseRefused, match="host-b:2:bb"):
-        claim(client, server, "sale", holder="host-c:3:cc")
+        claim(client, server, board, holder="host-c:3:cc")
     plan = "\n".join(
         row[0]
         for row in client.query(
-            f"EXPLAIN indexes = 1 {latest_sql(db)}", parameters={"board": "sale"}
+            f"EXPLAIN indexes = 1 {latest_sql(db)}", parameters={"board": board}
         ).result_rows
     )
     granules = [(int(a), int(b)) for a, b in re.findall(r"Granules: (\d+)/(\d+)", plan)]
