@@ -3,7 +3,9 @@ processes beside it (granian, api/workers.py)."""
 
 from __future__ import annotations
 
+import errno
 import gc
+import logging
 import os
 import pickle
 import shutil
@@ -21,6 +23,12 @@ from flask import Flask
 
 from api.workers import CONFIG_ENV, ENGINE_ENV
 from toplist.config import Config
+
+log = logging.getLogger(__name__)
+
+# How long a port in use is waited for before serving is refused (`_check_free`): longer
+# than the workers' kill timeout below.
+PORT_WAIT_SECONDS = 15
 
 # Request threads; more only adds GIL contention on 2 cores (reads are dictionary lookups in
 # the snapshot cache).
@@ -124,13 +132,32 @@ def _end_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
-def _check_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            raise ServeError(f"cannot serve on {host}:{port}: {error.strerror}") from None
+def _check_free(host: str, port: int, wait_seconds: float = PORT_WAIT_SECONDS) -> None:
+    """Return once host:port can be bound. A port in use is waited for `wait_seconds`: the
+    workers of a server that was killed end with it, but finish their requests first (up to
+    granian's --workers-kill-timeout), so a restart right after a crash finds them still
+    holding it. Then refuse in one line."""
+    deadline = time.monotonic() + wait_seconds
+    said = False
+    while True:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+                return
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                    raise ServeError(f"cannot serve on {host}:{port}: {error.strerror}") from None
+        if not said:
+            log.warning(
+                "%s:%d is in use; waiting up to %g s for it (a stopped server's workers may"
+                " still be finishing)",
+                host,
+                port,
+                wait_seconds,
+            )
+            said = True
+        time.sleep(0.2)
 
 
 def _wait_until_listening(process: subprocess.Popen, host: str, port: int) -> None:

@@ -368,3 +368,28 @@ def test_kept_answers_are_bounded_by_their_bytes():
     kept = [n for n in range(6) if answers.get({"PATH_INFO": f"/v1/charts/SE?k={n}"})]
     assert len(kept) * len(body) <= snapshots.ANSWERS_BYTES + len(body)
     assert kept[-1] == 5, "the newest answer is kept"
+
+
+def test_a_restart_waits_for_the_port_a_killed_server_still_holds():
+    """A server killed with -9 takes its workers with it, but they finish their requests first
+    (seen in CI: the restarted `toplist serve` found the port still taken, refused to serve,
+    and the API never came back). A port freed within the wait is taken; one held throughout
+    is refused, in one line."""
+    import threading
+
+    from api.server import ServeError, _check_free
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    threading.Timer(1.0, held.close).start()
+    started = time.monotonic()
+    _check_free("127.0.0.1", port, wait_seconds=30)
+    assert 0.8 < time.monotonic() - started < 20, "did not wait for the port, or not return"
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ServeError, match="cannot serve on 127.0.0.1:.*in use"):
+            _check_free("127.0.0.1", taken.getsockname()[1], wait_seconds=0.5)
