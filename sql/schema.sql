@@ -64,11 +64,26 @@ CREATE TABLE ${database}.ingest_batches
     `rejected` SimpleAggregateFunction(sum, UInt64),
     `beyond_horizon` SimpleAggregateFunction(sum, UInt64) DEFAULT 0,
     `board` LowCardinality(String) DEFAULT 'charts',
-    `conflicts` SimpleAggregateFunction(sum, UInt64) DEFAULT 0
+    `conflicts` SimpleAggregateFunction(sum, UInt64) DEFAULT 0,
+    INDEX received_at_range received_at TYPE minmax GRANULARITY 1,
+    PROJECTION totals_by_board
+    (
+        SELECT
+            board,
+            _source,
+            sum(received),
+            sum(accepted),
+            sum(rejected),
+            sum(beyond_horizon),
+            sum(conflicts)
+        GROUP BY
+            board,
+            _source
+    )
 )
 ENGINE = AggregatingMergeTree
 ORDER BY (_batch_id, _source)
-SETTINGS index_granularity = 8192;
+SETTINGS index_granularity = 8192, deduplicate_merge_projection_mode = 'rebuild', lightweight_mutation_projection_mode = 'rebuild';
 
 CREATE MATERIALIZED VIEW ${database}.ingest_batches_accepted_mv TO ${database}.ingest_batches
 (

@@ -2862,3 +2862,34 @@ AS SELECT
     sumMergeState(listens) AS listens
 FROM toplist.listens_by_10m_local
 GROUP BY day, country, song_id;
+
+-- 0031_ingest_totals.sql
+
+ALTER TABLE toplist.ingest_batches_local ON CLUSTER 'toplist'
+MODIFY SETTING deduplicate_merge_projection_mode = 'rebuild',
+        lightweight_mutation_projection_mode = 'rebuild';
+
+ALTER TABLE toplist.ingest_batches_local ON CLUSTER 'toplist'
+ADD INDEX IF NOT EXISTS received_at_range received_at TYPE minmax GRANULARITY 1;
+
+ALTER TABLE toplist.ingest_batches_local ON CLUSTER 'toplist'
+MATERIALIZE INDEX received_at_range
+    SETTINGS mutations_sync = 1;
+
+ALTER TABLE toplist.ingest_batches_local ON CLUSTER 'toplist'
+ADD PROJECTION IF NOT EXISTS totals_by_board
+    (
+        SELECT
+            board,
+            _source,
+            sum(received),
+            sum(accepted),
+            sum(rejected),
+            sum(beyond_horizon),
+            sum(conflicts)
+        GROUP BY board, _source
+    );
+
+ALTER TABLE toplist.ingest_batches_local ON CLUSTER 'toplist'
+MATERIALIZE PROJECTION totals_by_board
+    SETTINGS mutations_sync = 1;
