@@ -11,25 +11,17 @@ source as (
 
 ),
 
+-- the first copy of each event_id: its copies sorted by arrival (the table is ordered by
+-- event_id, so the engine sorts each id's few rows, not the whole table); an argMin of the
+-- order's fields per event_id said the same and took 5x as long (30 ms against 6 ms at 20,000
+-- orders, twice a publication)
 first_copies as (
 
-    select
-        event_id,
-        argMin(
-            tuple(order_id, product_id, buyer_id, units, amount_cents, event_time),
-            tuple(_received_at, _partition, _offset)
-        ) as first_copy
+    select event_id, order_id, product_id, buyer_id, units, amount_cents, event_time
     from source
-    group by event_id
+    order by event_id, _received_at, _partition, _offset
+    limit 1 by event_id
 
 )
 
-select
-    event_id,
-    tupleElement(first_copy, 1) as order_id,
-    tupleElement(first_copy, 2) as product_id,
-    tupleElement(first_copy, 3) as buyer_id,
-    tupleElement(first_copy, 4) as units,
-    tupleElement(first_copy, 5) as amount_cents,
-    tupleElement(first_copy, 6) as event_time
-from first_copies
+select * from first_copies
