@@ -5,6 +5,8 @@
 
 with
 
+-- only the rows that can make their board are ranked (macros/ranking_policy.sql
+-- `rank_floor`): a thousand buyers or so instead of every buyer of the sale
 products as (
 
     select
@@ -14,6 +16,9 @@ products as (
         distinct_buyers,
         {{ rank_items('v1', partition_by='1', score='units', item='product_id') }} as rank
     from {{ ref('int_sale__products') }}
+    where units >= (
+        select {{ rank_floor('units', var('board_keep_top')) }} from {{ ref('int_sale__products') }}
+    )
 
 ),
 
@@ -26,6 +31,9 @@ buyers as (
         orders,
         {{ rank_items('v1', partition_by='1', score='spend_cents', item='buyer_id') }} as rank
     from {{ ref('int_sale__buyers') }}
+    where spend_cents >= (
+        select {{ rank_floor('spend_cents', var('board_keep_top')) }} from {{ ref('int_sale__buyers') }}
+    )
 
 ),
 
