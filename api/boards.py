@@ -59,11 +59,13 @@ _ID = r"[^\x00-\x1f\x7f]{1,128}"
 _SHELF_SCOPE = re.compile(rf"(?:global|(?:restaurant|city):{_ID})")
 _RESTAURANT = re.compile(_ID)
 
-# uniqCombined's documented behaviour (ClickHouse docs), for the answers that carry it.
+# What the sale's totals say of their distinct buyers, and of a product's (uniqCombined's
+# documented behaviour, ClickHouse docs).
 DISTINCT_BUYERS_ERROR = (
-    "approximate (uniqCombined): exact up to hash collisions while a product's buyers fit its"
-    " array and hash-table phases, then HyperLogLog with 2^17 cells, a relative standard"
-    " error of about 0.3%"
+    "exact: the buyers with an order that is not voided. A product's distinct_buyers is"
+    " approximate (uniqCombined): exact up to hash collisions while its buyers fit the array"
+    " and hash-table phases, then HyperLogLog with 2^17 cells, a relative standard error of"
+    " about 0.3%"
 )
 
 

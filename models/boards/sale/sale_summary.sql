@@ -1,9 +1,10 @@
 {{ config(order_by='tuple()') }}
 
-{#- One row: the sale's as_of and totals. orders, units and spend are exact, summed from the
-    per-product and per-buyer sums (every order counts in one product and one buyer), so the
-    orders are read once per publication, by those two models; buyers is the approximate
-    number of distinct buyers in total (the union of every product's uniqCombined state). -#}
+{#- One row: the sale's as_of and totals, all exact, from the per-product and per-buyer sums
+    (every order counts in one product and one buyer), so the orders are read once per
+    publication, by those two models: distinct buyers is the number of buyers with an order
+    (merging every product's uniqCombined state said about the same, approximately, in 40 ms
+    at 1M orders; this takes 1). -#}
 
 with
 
@@ -23,17 +24,10 @@ totals as (
 
 ),
 
-spend as (
-
-    select toFloat64(sum(spend_cents)) as spend_cents
-    from {{ ref('int_sale__buyers') }}
-
-),
-
 buyers as (
 
-    select toFloat64(uniqCombinedMerge(buyers)) as buyers
-    from {{ ref('stg_toplist__sale_buyers') }}
+    select toFloat64(sum(spend_cents)) as spend_cents, toFloat64(count()) as buyers
+    from {{ ref('int_sale__buyers') }}
 
 )
 
@@ -44,11 +38,10 @@ select
     map(
         'orders', totals.orders,
         'units', totals.units,
-        'spend_cents', spend.spend_cents,
+        'spend_cents', buyers.spend_cents,
         'products', totals.products,
         'distinct_buyers', buyers.buyers
     ) :: Map(LowCardinality(String), Float64) as stats
 from as_of
 cross join totals
-cross join spend
 cross join buyers
