@@ -15,15 +15,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
+from conftest import migrated_before
 from kafka_support import create_topic, wait_for
+from test_api import listens_for
 from test_rules import _event
 
 from api.app import create_app
+from api.health import INGEST_LAST_MINUTE, INGEST_TOTALS
 from ingest.consumer import KafkaIngest
 from ingest.load import load_lines
 from publish.publisher import publish
 from toplist.boards import BOARDS
 from toplist.engine import connect
+from toplist.migrate import migrate
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 RULES = DOCKER / "prometheus" / "alerts.yml"
@@ -84,3 +88,52 @@ def test_every_metric_the_dashboard_and_the_rules_query_is_in_metrics(
     exposed = {line.split("{")[0].split(" ")[0] for line in metrics.splitlines() if line[:1] != "#"}
     missing = {name: where for name, where in _queried_metrics().items() if name not in exposed}
     assert not missing, f"queried but not in /metrics: {missing}"
+
+
+def test_a_scrape_reads_none_of_the_batch_history(tmp_path):
+    """/metrics' ingest counters with a month of batches behind them (300,000 recorded before
+    sql/0031): every batch is counted, a batch the crash repair deletes is taken out, and
+    neither query a scrape runs reads more than a few granules (before, both read them all)."""
+    with migrated_before(31, tmp_path) as (client, config):
+        db = config.database
+        load_lines(client, db, listens_for({"song-a": 3}))
+        for part in range(10):
+            client.command(
+                f"""
+                INSERT INTO {db}.ingest_batches
+                    (_batch_id, _source, received_at, received, accepted, rejected, board)
+                SELECT generateUUIDv4(), 'kafka',
+                       now64(3) - INTERVAL 30 DAY + INTERVAL ({part} * 30000 + number) * 8 SECOND,
+                       3, 2, 1, 'sale'
+                FROM numbers(30000)
+                """
+            )
+        migrate(client, config)
+        gone = load_lines(client, db, listens_for({"song-b": 4})).batch_ids[0]
+        load_lines(client, db, listens_for({"song-c": 5}))
+        client.command(f"DELETE FROM {db}.ingest_batches WHERE _batch_id = '{gone}'")
+        for query in (INGEST_TOTALS, INGEST_LAST_MINUTE):
+            [(_, _, _, rows, _)] = client.query(
+                f"EXPLAIN ESTIMATE {query.format(db=db)}"
+            ).result_rows
+            assert rows <= 3 * 8192, f"a scrape reads {rows} rows of 300,000 batches' history"
+        app = create_app(config)
+        try:
+            text = app.test_client().get("/metrics").get_data(as_text=True)
+        finally:
+            app.extensions["toplist"].close()
+        for line in (
+            'toplist_ingest_messages_total{board="charts",outcome="accepted",source="load"} 8',
+            'toplist_ingest_messages_total{board="sale",outcome="accepted",source="kafka"} 600000',
+            'toplist_ingest_messages_total{board="sale",outcome="rejected",source="kafka"} 300000',
+            'toplist_ingest_rate_per_second{board="sale",source="kafka"} 0',
+        ):
+            assert line in text, f"/metrics lacks {line}"
+        rate = next(
+            x
+            for x in text.splitlines()
+            if x.startswith('toplist_ingest_rate_per_second{board="charts"')
+        )
+        assert float(rate.split()[-1]) == 8 / 60, (
+            "the last minute's listens (song-a's and song-c's)"
+        )
