@@ -14,13 +14,8 @@
 
 {% macro song_key(song_id) -%}
   {#- A song id's 64-bit hash. Two ids could share one (about one chance in 40 million at a
-      million songs), and their listens would add up as one song's: shared_song_keys counts
-      them, so a build can stop rather than publish a wrong count. -#}
+      million songs), and their listens would add up as one song's: a model that groups by it
+      maps each key back to its ids and stops when a key has two (int_listens__windowed), rather
+      than publish a wrong count. -#}
   cityHash64({{ song_id }})
-{%- endmacro %}
-
-{% macro shared_song_keys(songs) -%}
-  {#- How many fewer distinct keys than distinct song ids `songs` (a relation with song_id)
-      holds: 0 unless two ids share a key. -#}
-  (select uniqExact(song_id) - uniqExact({{ song_key('song_id') }}) from {{ songs }})
 {%- endmacro %}

@@ -71,6 +71,41 @@ def test_the_plan_builds_what_dbt_run_builds(client, config, board):
     )
 
 
+def test_the_charts_build_stops_rather_than_add_up_two_songs_or_leave_one_out(client, config):
+    """The charts' windowed model groups by a song id's 64-bit hash (macros/keys.sql) and maps
+    each key back to its id from the all-time totals at the end. Were two ids to share a key,
+    their listens would add up as one song's; were a song missing from the totals, its listens
+    would be left out. Either way the build stops with the reason and the table stays as it
+    was. (No two ids sharing a key can be found to order: the plan's SQL is run with every song
+    on one key.)"""
+    spec = BOARDS["charts"]
+    load_lines(client, config.database, _events("charts"), board=spec)
+    plan.run(client, config, spec, NOW)
+    table = f"{config.database}.int_listens__windowed"
+    before = client.query(f"SELECT * FROM {table} ORDER BY ALL").result_rows
+    assert len({row[2] for row in before}) > 1, "the events should hold more than one song"
+    windowed = next(
+        s for s in plan.steps(config, spec) if s.relation.endswith("`int_listens__windowed`")
+    )
+    moment = NOW.strftime(dbt.AS_OF_FORMAT)
+    assert windowed.sql.count("cityHash64(song_id)") == 2  # the keys grouped by, and the map back
+    one_key = replace(
+        windowed, sql=windowed.sql.replace("cityHash64(song_id)", "(cityHash64(song_id) % 1)")
+    )
+    with pytest.raises(Exception, match="two song ids share one 64-bit song key"):
+        client.command(one_key.statement(moment))
+    assert client.query(f"SELECT * FROM {table} ORDER BY ALL").result_rows == before
+
+    client.command(
+        f"ALTER TABLE {config.database}.listens_total DELETE WHERE song_id = {{song:String}}",
+        parameters={"song": before[0][2]},
+        settings={"mutations_sync": 1},
+    )
+    with pytest.raises(Exception, match="listens of a song the all-time totals do not hold"):
+        client.command(windowed.statement(moment))
+    assert client.query(f"SELECT * FROM {table} ORDER BY ALL").result_rows == before
+
+
 def test_a_changed_model_compiles_a_new_plan_and_a_kept_one_needs_no_dbt(
     client, config, tmp_path, monkeypatch
 ):

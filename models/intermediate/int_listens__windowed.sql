@@ -9,11 +9,6 @@
 -- window's test twice as slow); only the buckets and days some window counts are read
 with (select as_of from {{ ref('int_chart__as_of') }}) as as_of,
 
--- every song counted is in the totals: a key shared there stops the build (macros/keys.sql)
-(select throwIf({{ shared_song_keys(ref('stg_toplist__listen_totals')) }} > 0,
-    'two song ids share one 64-bit song key (macros/keys.sql): their listens would add up as'
-    || ' one song''s, so this build stops')) as stop,
-
 buckets as (
 
     select * from {{ ref('stg_toplist__listen_buckets') }}
@@ -31,6 +26,21 @@ days as (
 totals as (
 
     select * from {{ ref('stg_toplist__listen_totals') }}
+
+),
+
+-- every song counted is in the totals (every write to the buckets reaches them, sql/0013): the
+-- groupings below carry its key alone (a string carried through them cost a fifth of this
+-- model), and its id comes back at the end. A key two ids share, or one the totals lack, stops
+-- the build (final) instead of adding listens up or leaving them out (macros/keys.sql)
+songs as (
+
+    select
+        {{ song_key('song_id') }} as song_key,
+        min(song_id) as first_id,
+        max(song_id) as last_id
+    from totals
+    group by song_key
 
 ),
 
@@ -56,39 +66,45 @@ keyed as (
             ({{ window_share(window_name, 'piece', 'starts', 'as_of') }} + 1) * {{ 3 ** loop.index0 }}{{ " +" if not loop.last }}
             {%- endfor %}
         ) as shares,
-        song_id,
         listens
     from pieces
 
 ),
 
--- first the rows that count alike for a country and song: a few per song instead of one per
--- bucket
-by_shares as (
+-- each country and song once per window: one grouping of every row into the (country, song)
+-- pairs (fewer and smaller groups than by each row's shares first, then per pair)
+by_pair as (
 
     select
         country_key,
         song_key,
-        shares,
-        any(song_id) as song_id,
-        sum(listens) as listens
+        {%- for window_name in windows %}
+        sum(listens * (intDiv(shares, {{ 3 ** loop.index0 }}) % 3 - 1)) as listens_{{ window_name }}{{ "," if not loop.last }}
+        {%- endfor %}
     from keyed
-    group by country_key, song_key, shares
+    group by country_key, song_key
 
 ),
 
--- then each country and global (two grouping sets: half the work of counting every row
--- twice), once per window
+-- then each country and global (two grouping sets over the pairs)
 by_scope as (
 
     select
         if(grouping(country_key) = 0, {{ country_of_key('country_key') }}, 'global') as scope,
-        any(song_id) as song_id,
+        song_key,
         {%- for window_name in windows %}
-        sum(listens * (intDiv(shares, {{ 3 ** loop.index0 }}) % 3 - 1)) as listens_{{ window_name }}{{ "," if not loop.last }}
+        sum(listens_{{ window_name }}) as listens_{{ window_name }}{{ "," if not loop.last }}
         {%- endfor %}
-    from by_shares
+    from by_pair
     group by grouping sets ((country_key, song_key), (song_key))
+
+),
+
+named as (
+
+    select by_scope.*, songs.first_id as song_id, songs.last_id as other_id
+    from by_scope
+    left join songs using (song_key)
 
 ),
 
@@ -99,12 +115,18 @@ final as (
         scope,
         song_id,
         toUInt64(listens) as listens
-    from by_scope
+    from named
     array join
         [{% for window_name in windows %}'{{ window_name }}'{{ ", " if not loop.last }}{% endfor %}] as window_name,
         [{% for window_name in windows %}listens_{{ window_name }}{{ ", " if not loop.last }}{% endfor %}] as listens
     -- songs with no listens in a window never appear on its board
-    where listens > 0 and stop = 0
+    where listens > 0
+        and throwIf(song_id = '',
+            'listens of a song the all-time totals do not hold (sql/0013): they would be left'
+            || ' out, so this build stops; toplist rebuild recounts the totals') = 0
+        and throwIf(song_id != other_id,
+            'two song ids share one 64-bit song key (macros/keys.sql): their listens would add'
+            || ' up as one song''s, so this build stops') = 0
 
 )
 
