@@ -38,19 +38,48 @@
   {{- return(chart_windows()[window_name] is not none and chart_windows()[window_name] >= 86400) -}}
 {%- endmacro %}
 
+{% macro counts_whole_weeks(window_name) -%}
+  {#- Whether a window sums the UTC weeks (Monday to Monday) wholly inside it from the week sums
+      (sql/0032): every bounded window of a week or more. -#}
+  {{- return(chart_windows()[window_name] is not none and chart_windows()[window_name] >= 604800) -}}
+{%- endmacro %}
+
+{% macro week_of(time_column) -%}
+  {#- The start of the UTC week (Monday 00:00) that `time_column` falls in, as the week sums
+      (sql/0032) store it. -#}
+  toDateTime(toMonday({{ time_column }}), 'UTC')
+{%- endmacro %}
+
+{% macro in_whole_weeks(day_column, length, as_of) -%}
+  {#- The UTC day starting at `day_column` lies in a week wholly inside [as_of - length, as_of):
+      from the first Monday at or after the window's start up to the Monday of as_of's week
+      (which is as_of itself when as_of is a Monday's midnight). As ranges of the day, so that a
+      read of the day sums skips the rest by their order. -#}
+  ({{ day_column }} >= {{ week_of(as_of ~ ' - toIntervalSecond(' ~ (length + 1) ~ ')') }} + toIntervalDay(7)
+  and {{ day_column }} < {{ week_of(as_of) }})
+{%- endmacro %}
+
 {% macro window_share(window_name, piece, time_column, as_of) -%}
   {#- How a row counts towards the window: 1, 0 or -1. `piece` says what the row is: 'bucket'
-      (a 10-minute bucket starting at time_column), 'day' (a UTC day's sum, starting at
-      time_column) or 'total' (a song's all-time total). A bounded window sums its buckets
-      (in_window), except that one of a day or more takes the days wholly inside it from the
-      day sums and only the buckets of its ragged first and last days, so each bucket counts
-      once either way. `all` is the all-time total less the buckets at or after as_of, so it
-      never reads the buckets before as_of. -#}
+      (a 10-minute bucket starting at time_column), 'day' or 'week' (a UTC day's or week's sum,
+      starting at time_column) or 'total' (a song's all-time total). A bounded window sums its
+      buckets (in_window), except that one of a week or more takes the weeks wholly inside it
+      from the week sums, one of a day or more the days wholly inside it (and in none of those
+      weeks) from the day sums, and only the buckets of its ragged first and last days from the
+      buckets, so each bucket counts once either way. `all` is the all-time total less the
+      buckets at or after as_of, so it never reads the buckets before as_of. -#}
   {%- if chart_windows()[window_name] is none -%}
   multiIf({{ piece }} = 'total', 1, {{ piece }} = 'bucket' and {{ time_column }} >= {{ as_of }}, -1, 0)
   {%- elif counts_whole_days(window_name) -%}
   {%- set length = chart_windows()[window_name] -%}
-  toInt64(({{ piece }} = 'day' and {{ whole_day_within(time_column, length, as_of) }})
+  toInt64(
+    {%- if counts_whole_weeks(window_name) %}
+    ({{ piece }} = 'week' and {{ in_whole_weeks(time_column, length, as_of) }}) or
+    {%- endif %}
+    ({{ piece }} = 'day' and {{ whole_day_within(time_column, length, as_of) }}
+      {%- if counts_whole_weeks(window_name) %}
+        and not {{ in_whole_weeks(time_column, length, as_of) }}
+      {%- endif %})
     or ({{ piece }} = 'bucket' and {{ in_window(time_column, window_name, as_of) }}
         and not {{ whole_day_within('toStartOfDay(' ~ time_column ~ ')', length, as_of) }}))
   {%- else -%}
@@ -75,8 +104,23 @@
 {%- endmacro %}
 
 {% macro days_counted(day_column, as_of) -%}
-  {#- The days that count towards some window: those wholly inside the longest. -#}
-  {{ whole_day_within(day_column, longest_bounded_window(), as_of) }}
+  {#- The days that count towards some window from the day sums (window_share): those wholly
+      inside a window and in none of the whole weeks it takes from the week sums. -#}
+  (
+  {%- for window_name, length in chart_windows().items() if counts_whole_days(window_name) %}
+    {{ "or " if not loop.first }}({{ whole_day_within(day_column, length, as_of) }}
+    {%- if counts_whole_weeks(window_name) %}
+      and not {{ in_whole_weeks(day_column, length, as_of) }}
+    {%- endif %})
+  {%- endfor %})
+{%- endmacro %}
+
+{% macro weeks_counted(week_column, as_of) -%}
+  {#- The weeks that count towards some window (window_share): those wholly inside one. -#}
+  (
+  {%- for window_name, length in chart_windows().items() if counts_whole_weeks(window_name) %}
+    {{ "or " if not loop.first }}{{ in_whole_weeks(week_column, length, as_of) }}
+  {%- endfor %})
 {%- endmacro %}
 
 {% macro popular_windows() %}

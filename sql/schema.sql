@@ -707,6 +707,36 @@ GROUP BY
     country,
     song_id;
 
+CREATE TABLE ${database}.listens_by_week
+(
+    `week` DateTime('UTC'),
+    `country` LowCardinality(String),
+    `song_id` String,
+    `listens` AggregateFunction(sum, Int64)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(week)
+ORDER BY (week, country, song_id)
+SETTINGS index_granularity = 8192;
+
+CREATE MATERIALIZED VIEW ${database}.listens_by_week_mv TO ${database}.listens_by_week
+(
+    `week` DateTime('UTC'),
+    `country` LowCardinality(String),
+    `song_id` String,
+    `listens` AggregateFunction(sum, Int64)
+)
+AS SELECT
+    toDateTime(toMonday(bucket_start), 'UTC') AS week,
+    country,
+    song_id,
+    sumMergeState(listens) AS listens
+FROM ${database}.listens_by_10m
+GROUP BY
+    week,
+    country,
+    song_id;
+
 CREATE TABLE ${database}.listens_checked
 (
     `event_id` String,

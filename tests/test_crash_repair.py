@@ -71,8 +71,9 @@ def test_half_applied_batches_are_undone_and_applied_again(client, config):
         parameters={"rows": rows},
     )
     # ... and of those, the sums of the buckets (fed from them in the same insert: the
-    # all-time totals, the days) took only some: a crash can fall between a bucket and its sums.
-    for first, (table, keys, from_bucket) in zip((0, 25), ROLLUPS, strict=True):
+    # all-time totals, the days, the weeks) took only some: a crash can fall between a bucket
+    # and its sums.
+    for first, (table, keys, from_bucket) in zip((0, 25, 50), ROLLUPS, strict=True):
         client.command(
             f"""
             INSERT INTO {db}.{table} ({keys}, listens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from conftest import migrated_before
 from reference import align, assert_boards_equal, boards, published_boards
 
@@ -97,21 +98,42 @@ def test_each_event_id_counts_once_across_loads_and_within_one(client, config):
     assert raw == 1, "the raw table must hold each event once"
 
 
-def test_charts_counted_before_the_day_sums_upgrade_to_them(tmp_path):
-    """A database counted before the day sums (migrations up to 0029) is migrated to them
-    (0030) from its buckets: the charts equal the reference's, at an as_of on a day boundary
-    and inside a day, and the events that arrive after the upgrade count too."""
-    with migrated_before(30, tmp_path) as (client, config):
+@pytest.mark.parametrize(
+    ("version", "sums", "moments"),
+    [
+        # a day boundary (a Tuesday) and inside a day
+        (30, "day", (datetime(2026, 12, 1, tzinfo=UTC), ALIGNED)),
+        # a week boundary (a Monday's midnight: the 7d window is one whole week), another
+        # Monday inside its day, and a Tuesday inside a day
+        (
+            32,
+            "week",
+            (
+                datetime(2026, 11, 30, tzinfo=UTC),
+                datetime(2026, 11, 23, 5, 10, tzinfo=UTC),
+                ALIGNED,
+            ),
+        ),
+    ],
+)
+def test_charts_counted_before_the_day_or_week_sums_upgrade_to_them(
+    tmp_path, version, sums, moments
+):
+    """A database counted before the day sums (migrations up to 0029) or the week sums (up to
+    0031) is migrated to them from its buckets: the charts equal the reference's at as_ofs on
+    and between their boundaries, and the events that arrive after the upgrade count too."""
+    with migrated_before(version, tmp_path) as (client, config):
         generator = ListenGenerator(seed=5, songs=200)
         old = generator.batch(4_000, ALIGNED - timedelta(days=40), ALIGNED)
         load_lines(client, config.database, old.lines)
-        upgrade = [m.version for m in discover() if m.version >= 30]
+        upgrade = [m.version for m in discover() if m.version >= version]
         assert [m.version for m in migrate(client, config)] == upgrade
         new = generator.batch(1_000, ALIGNED - timedelta(days=40), ALIGNED)
         load_lines(client, config.database, new.lines)
         everything = old.listens + new.listens
-        for as_of in (datetime(2026, 12, 1, tzinfo=UTC), ALIGNED):
-            snapshot = publish(client, config, as_of)
+        assert client.command(f"SELECT count() FROM {config.database}.listens_by_{sums}") > 0
+        for as_of in moments:
+            snapshot = publish(client, config, as_of, allow_older=True)
             assert_boards_equal(
                 published_boards(client, config.database, snapshot.snapshot_id),
                 boards(everything, as_of),

@@ -124,6 +124,7 @@ CHARTS = Board(
         ("listens_by_10m", "listens_by_10m_mv"),
         ("listens_total", "listens_total_mv"),
         ("listens_by_day", "listens_by_day_mv"),
+        ("listens_by_week", "listens_by_week_mv"),
     ),
     idempotent_aggregates=False,
     rankings="chart_rankings",

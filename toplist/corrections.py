@@ -122,8 +122,8 @@ def _counted(database: str, where: str) -> str:
     """
 
 
-# The sums of the buckets that views on listens_by_10m keep (sql/0013, 0030): each table, its
-# key columns, and those keys as a bucket row gives them. A rebuild sums them again from the
+# The sums of the buckets that views on listens_by_10m keep (sql/0013, 0030, 0032): each table,
+# its key columns, and those keys as a bucket row gives them. A rebuild sums them again from the
 # rebuilt buckets; a recount makes the keys a repaired batch touched equal to their buckets.
 ROLLUPS = (
     ("listens_total", "country, song_id", "country, song_id"),
@@ -132,12 +132,17 @@ ROLLUPS = (
         "day, country, song_id",
         "toStartOfDay(bucket_start) AS day, country, song_id",
     ),
+    (
+        "listens_by_week",
+        "week, country, song_id",
+        "toDateTime(toMonday(bucket_start), 'UTC') AS week, country, song_id",
+    ),
 )
 
 
 def recount_buckets(client: Client, database: str, event_ids: str, parameters: dict) -> None:
     """Make the buckets holding these events (an SQL subquery of ids) equal to raw minus voids,
-    then the sums of their buckets (ROLLUPS: the songs' all-time totals and their days) equal
+    then the sums of their buckets (ROLLUPS: the songs' all-time totals, days and weeks) equal
     to what the buckets hold.
 
     Inserts the differences, so the aggregates stay readable throughout and a recount that is
@@ -247,7 +252,8 @@ def rebuild_aggregates(
     raw_ttl_days: int = 0,
 ) -> RebuildResult:
     """Recompute `listens_by_10m` from the raw events for [start, end) (default: all), and
-    the sums of the buckets (ROLLUPS: `listens_total`, `listens_by_day`) from them.
+    the sums of the buckets (ROLLUPS: `listens_total`, `listens_by_day`, `listens_by_week`) from
+    them.
 
     The new aggregates are built in a fresh table: each month in the range (widened to whole
     months, the table's partitions) is recounted from raw minus voids, every other month is

@@ -23,6 +23,13 @@ days as (
 
 ),
 
+weeks as (
+
+    select * from {{ ref('stg_toplist__listen_weeks') }}
+    where {{ weeks_counted('week', 'as_of') }}
+
+),
+
 totals as (
 
     select * from {{ ref('stg_toplist__listen_totals') }}
@@ -49,6 +56,8 @@ pieces as (
     select 'bucket' as piece, bucket_start as starts, country, song_id, listens from buckets
     union all
     select 'day' as piece, day as starts, country, song_id, listens from days
+    union all
+    select 'week' as piece, week as starts, country, song_id, listens from weeks
     union all
     select 'total' as piece, toDateTime(0, 'UTC') as starts, country, song_id, listens from totals
 

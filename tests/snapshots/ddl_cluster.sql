@@ -2893,3 +2893,41 @@ ADD PROJECTION IF NOT EXISTS totals_by_board
 ALTER TABLE toplist.ingest_batches_local ON CLUSTER 'toplist'
 MATERIALIZE PROJECTION totals_by_board
     SETTINGS mutations_sync = 1;
+
+-- 0032_listens_by_week.sql
+
+CREATE TABLE IF NOT EXISTS toplist.listens_by_week_local ON CLUSTER 'toplist'
+(
+    week DateTime('UTC'),
+    country LowCardinality(String),
+    song_id String,
+    listens AggregateFunction(sum, Int64)
+)
+ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/toplist/listens_by_week_local', '{replica}')
+PARTITION BY toYYYYMM(week)
+ORDER BY (week, country, song_id);
+
+CREATE TABLE IF NOT EXISTS toplist.listens_by_week ON CLUSTER 'toplist' AS toplist.listens_by_week_local
+ENGINE = Distributed('toplist', 'toplist', 'listens_by_week_local', rand());
+
+INSERT INTO toplist.listens_by_week (week, country, song_id, listens)
+SELECT toDateTime(toMonday(bucket_start), 'UTC') AS week, country, song_id, sumMergeState(listens)
+FROM toplist.listens_by_10m
+WHERE (SELECT count() FROM toplist.listens_by_week) = 0
+GROUP BY week, country, song_id;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.listens_by_week_mv ON CLUSTER 'toplist'
+TO toplist.listens_by_week_local
+(
+    week DateTime('UTC'),
+    country LowCardinality(String),
+    song_id String,
+    listens AggregateFunction(sum, Int64)
+)
+AS SELECT
+    toDateTime(toMonday(bucket_start), 'UTC') AS week,
+    country,
+    song_id,
+    sumMergeState(listens) AS listens
+FROM toplist.listens_by_10m_local
+GROUP BY week, country, song_id;

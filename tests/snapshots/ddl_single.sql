@@ -2681,3 +2681,38 @@ ALTER TABLE toplist.ingest_batches
 
 ALTER TABLE toplist.ingest_batches MATERIALIZE PROJECTION totals_by_board
     SETTINGS mutations_sync = 1;
+
+-- 0032_listens_by_week.sql
+
+CREATE TABLE IF NOT EXISTS toplist.listens_by_week
+(
+    week DateTime('UTC'),
+    country LowCardinality(String),
+    song_id String,
+    listens AggregateFunction(sum, Int64)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(week)
+ORDER BY (week, country, song_id);
+
+INSERT INTO toplist.listens_by_week (week, country, song_id, listens)
+SELECT toDateTime(toMonday(bucket_start), 'UTC') AS week, country, song_id, sumMergeState(listens)
+FROM toplist.listens_by_10m
+WHERE (SELECT count() FROM toplist.listens_by_week) = 0
+GROUP BY week, country, song_id;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS toplist.listens_by_week_mv
+TO toplist.listens_by_week
+(
+    week DateTime('UTC'),
+    country LowCardinality(String),
+    song_id String,
+    listens AggregateFunction(sum, Int64)
+)
+AS SELECT
+    toDateTime(toMonday(bucket_start), 'UTC') AS week,
+    country,
+    song_id,
+    sumMergeState(listens) AS listens
+FROM toplist.listens_by_10m
+GROUP BY week, country, song_id;
