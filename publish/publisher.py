@@ -33,14 +33,13 @@ from toplist.boards import BOARDS, CHARTS, Board
 from toplist.boards import board as find_board
 from toplist.config import Config
 from toplist.snapshots import (
-    COLUMN_NAMES,
     ENTRIES,
     REGISTRY,
     Snapshot,
     current_snapshot,
     iso,
     read_snapshot_id,
-    registry_row,
+    register,
     snapshot_path,
     utc,
     write_file,
@@ -223,7 +222,7 @@ def _publish(
             stats={name: float(value) for name, value in stats.items()},
             scorings=tuple(scorings),
         )
-        client.insert(f"{db}.{REGISTRY}", [registry_row(snapshot)], column_names=COLUMN_NAMES)
+        register(client, db, snapshot)
     except Exception:
         _discard_entries(client, db, board.name, snapshot_id)
         raise
