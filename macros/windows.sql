@@ -59,6 +59,16 @@
   and {{ day_column }} < {{ week_of(as_of) }})
 {%- endmacro %}
 
+{% macro takes_whole_day(window_name, day_column, as_of) -%}
+  {#- A window of a day or more takes the UTC day starting at `day_column` from the day sums:
+      the day lies wholly inside it and in none of the whole weeks it takes from the week sums. -#}
+  {%- set length = chart_windows()[window_name] -%}
+  ({{ whole_day_within(day_column, length, as_of) }}
+  {%- if counts_whole_weeks(window_name) %}
+    and not {{ in_whole_weeks(day_column, length, as_of) }}
+  {%- endif %})
+{%- endmacro %}
+
 {% macro window_share(window_name, piece, time_column, as_of) -%}
   {#- How a row counts towards the window: 1, 0 or -1. `piece` says what the row is: 'bucket'
       (a 10-minute bucket starting at time_column), 'day' or 'week' (a UTC day's or week's sum,
@@ -76,10 +86,7 @@
     {%- if counts_whole_weeks(window_name) %}
     ({{ piece }} = 'week' and {{ in_whole_weeks(time_column, length, as_of) }}) or
     {%- endif %}
-    ({{ piece }} = 'day' and {{ whole_day_within(time_column, length, as_of) }}
-      {%- if counts_whole_weeks(window_name) %}
-        and not {{ in_whole_weeks(time_column, length, as_of) }}
-      {%- endif %})
+    ({{ piece }} = 'day' and {{ takes_whole_day(window_name, time_column, as_of) }})
     or ({{ piece }} = 'bucket' and {{ in_window(time_column, window_name, as_of) }}
         and not {{ whole_day_within('toStartOfDay(' ~ time_column ~ ')', length, as_of) }}))
   {%- else -%}
@@ -107,11 +114,8 @@
   {#- The days that count towards some window from the day sums (window_share): those wholly
       inside a window and in none of the whole weeks it takes from the week sums. -#}
   (
-  {%- for window_name, length in chart_windows().items() if counts_whole_days(window_name) %}
-    {{ "or " if not loop.first }}({{ whole_day_within(day_column, length, as_of) }}
-    {%- if counts_whole_weeks(window_name) %}
-      and not {{ in_whole_weeks(day_column, length, as_of) }}
-    {%- endif %})
+  {%- for window_name in chart_windows() if counts_whole_days(window_name) %}
+    {{ "or " if not loop.first }}{{ takes_whole_day(window_name, day_column, as_of) }}
   {%- endfor %})
 {%- endmacro %}
 
