@@ -157,6 +157,7 @@ def measure(client, config, as_of: datetime, runs: int) -> dict:
 
 
 def scenario(name: str, sizes: list[int], songs: int, hot: bool, runs: int) -> list[dict]:
+    from toplist.boards import CHARTS
     from toplist.engine import connect
     from toplist.migrate import migrate
 
@@ -171,7 +172,7 @@ def scenario(name: str, sizes: list[int], songs: int, hot: bool, runs: int) -> l
         say(f"publication [{name}]: {size:,} events, {songs:,} songs{', hot song' if hot else ''}")
         generate(client, config.database, have, size, as_of, songs, hot)
         have = size
-        for aggregate in ("listens_by_10m", "listens_total", "listens_by_day", "listens_by_week"):
+        for aggregate, _ in CHARTS.aggregates:
             client.command(f"OPTIMIZE TABLE {config.database}.{aggregate} FINAL")
         result = {"scenario": name, "events": size, "songs": songs, "hot_song": hot}
         result.update(measure(client, config, as_of, runs))
