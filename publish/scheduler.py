@@ -112,8 +112,8 @@ class Paced:
                 return None
             self._running, self._again = True, False
         try:
-            # Old snapshots go in `prune_job`: a delete (a mutation, up to a second on a
-            # busy machine) would hold up this board's next run.
+            # Old snapshots go in `prune_job`: deleting their registry rows (a mutation)
+            # would hold up this board's next run.
             return publish_job(self.config, self.board, self.listener, prune=False)
         finally:
             with self._lock:

@@ -16,6 +16,7 @@ CREATE TABLE ${database}.board_entries
     `scoring` LowCardinality(String) DEFAULT 'v1'
 )
 ENGINE = MergeTree
+PARTITION BY (board, snapshot_id)
 ORDER BY (board, snapshot_id, scope, metric, window_name, rank)
 SETTINGS index_granularity = 8192;
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from conftest import migrated_before
 from test_registry import NOW, _events
 
 from ingest.load import load_lines
@@ -27,6 +28,8 @@ from publish.scheduler import (
     stop_scheduler,
 )
 from toplist.boards import BOARDS
+from toplist.migrate import discover, migrate
+from toplist.snapshots import current_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -159,13 +162,60 @@ def test_old_snapshots_go_a_quarter_of_the_retention_at_a_time(client, config):
         f"SELECT DISTINCT snapshot_id FROM {config.database}.board_entries WHERE board = 'sale'"
     ).result_rows
     assert {snapshot_id for (snapshot_id,) in entries} == kept[-1], "entries outlived their row"
+    assert _partitions(client, config.database, "sale") == kept[-1], "a pruned snapshot's disk"
+
+
+def _partitions(client, database: str, board: str) -> set[str]:
+    """The snapshots of `board` that parts of board_entries hold rows of (sql/0033: one
+    partition per snapshot, so a dropped snapshot leaves no part behind)."""
+    rows = client.query(
+        "SELECT DISTINCT partition FROM system.parts"
+        " WHERE database = {db:String} AND table = 'board_entries' AND active",
+        parameters={"db": database},
+    ).result_rows
+    prefix = f"('{board}','"
+    return {p[len(prefix) : -2] for (p,) in rows if p.startswith(prefix)}
+
+
+@pytest.mark.parametrize("board", list(BOARDS))
+def test_snapshots_published_before_0033_are_served_on_and_pruned_after(tmp_path, board):
+    """A database published into before each snapshot had a partition of its own (sql/0033)
+    serves the same snapshot with the same entries after the upgrade, and its old snapshots'
+    entries go with the next prune (every board)."""
+    with migrated_before(33, tmp_path) as (client, config):
+        config = replace(config, snapshot_retention=4)
+        db = config.database
+        load_lines(client, db, _events(board), board=BOARDS[board])
+        old = [publish(client, config, board=board).snapshot_id for _ in range(3)]
+
+        def entries() -> list[tuple]:
+            return client.query(
+                f"SELECT * FROM {db}.board_entries WHERE board = {{board:String}} ORDER BY ALL",
+                parameters={"board": board},
+            ).result_rows
+
+        before = entries()
+        assert before and {row[1] for row in before} == set(old)
+        assert [m.version for m in migrate(client, config)] == [
+            m.version for m in discover() if m.version >= 33
+        ]
+        assert entries() == before
+        assert current_snapshot(client, db, board).snapshot_id == old[-1]
+        assert _partitions(client, db, board) == set(old)
+        new = [publish(client, config, board=board).snapshot_id for _ in range(3)]
+        kept = client.query(
+            f"SELECT snapshot_id FROM {db}.board_snapshots WHERE board = {{board:String}}",
+            parameters={"board": board},
+        ).result_rows
+        assert {snapshot_id for (snapshot_id,) in kept} == set((old + new)[-4:])
+        assert _partitions(client, db, board) == set((old + new)[-4:])
 
 
 @pytest.mark.parametrize("board", list(BOARDS))
 def test_a_scheduled_board_leaves_its_old_snapshots_to_the_prune_job(client, config, board):
-    """A delete is a mutation, up to a second on a busy machine, which a board published
-    every second would wait for before its next run: the scheduler's runs leave the old
-    snapshots to its prune job, which keeps the same retention (every board)."""
+    """Deleting registry rows is a mutation, which a board published every second would wait
+    for before its next run: the scheduler's runs leave the old snapshots to its prune job,
+    which keeps the same retention (every board)."""
     config = replace(config, snapshot_retention=4)
     load_lines(client, config.database, _events(board), board=BOARDS[board])
     job = Paced(config, board, None)

@@ -74,6 +74,7 @@ EVERY_NODE = {
     "chart_entries",
     "chart_snapshots",
     "board_entries",
+    "board_entries_0033",  # board_entries partitioned by snapshot, swapped in (0033)
     "board_snapshots",
     "catalog_items",
     "publication_leases",
@@ -101,6 +102,7 @@ _ALTER = re.compile(r"^ALTER TABLE (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>.*)$", 
 _DROP = re.compile(r"^DROP TABLE (IF EXISTS )?(?P<db>\w+)\.(?P<name>\w+)$")
 _DROP_FUNCTION = re.compile(r"^DROP FUNCTION (IF EXISTS )?(?P<name>\w+)$")
 _RENAME = re.compile(r"^RENAME TABLE (?P<db>\w+)\.(?P<name>\w+) TO (?P=db)\.(?P<to>\w+)$")
+_EXCHANGE = re.compile(r"^EXCHANGE TABLES (?P<db>\w+)\.(?P<name>\w+) AND (?P=db)\.(?P<other>\w+)$")
 _DELETE = re.compile(r"^DELETE FROM (?P<db>\w+)\.(?P<name>\w+)\s+(?P<rest>WHERE .*)$", re.S)
 _COLUMN_CHANGE = re.compile(r"^(ADD|DROP|MODIFY|RENAME|COMMENT) COLUMN\b")
 
@@ -217,6 +219,7 @@ class ClusterRenderer:
             (self._drop, _DROP),
             (self._drop_function, _DROP_FUNCTION),
             (self._rename, _RENAME),
+            (self._exchange, _EXCHANGE),
         ):
             match = pattern.match(sql)
             if match:
@@ -313,6 +316,13 @@ class ClusterRenderer:
             raise ClusterRenderError(f"renaming {name}: only node-local tables are renamed here")
         self.storage[to] = self.storage.pop(name)
         return [f"RENAME TABLE {db}.{name} TO {db}.{to} {self.on_cluster}"]
+
+    def _exchange(self, match: re.Match[str]) -> list[str]:
+        db, name, other = match.group("db"), match.group("name"), match.group("other")
+        if self._place(name) != "every node" or self._place(other) != "every node":
+            raise ClusterRenderError(f"exchanging {name}: only tables on every node are swapped")
+        self.storage[name], self.storage[other] = self.storage[other], self.storage[name]
+        return [f"EXCHANGE TABLES {db}.{name} AND {db}.{other} {self.on_cluster}"]
 
 
 def render_statement(cluster: str, database: str, statement: str) -> str:

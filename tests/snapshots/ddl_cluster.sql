@@ -2931,3 +2931,37 @@ AS SELECT
     sumMergeState(listens) AS listens
 FROM toplist.listens_by_10m_local
 GROUP BY week, country, song_id;
+
+-- 0033_a_partition_per_snapshot.sql
+
+DROP TABLE IF EXISTS toplist.board_entries_0033 ON CLUSTER 'toplist' SYNC;
+
+CREATE TABLE IF NOT EXISTS toplist.board_entries_0033 ON CLUSTER 'toplist'
+(
+    board LowCardinality(String),
+    snapshot_id String,
+    policy LowCardinality(String) DEFAULT 'v1',
+    scope LowCardinality(String),
+    metric LowCardinality(String),
+    window_name LowCardinality(String),
+    rank UInt32,
+    item_id String,
+    score Int128,
+    extra Map(LowCardinality(String), Float64),
+    scoring LowCardinality(String) DEFAULT 'v1'
+)
+ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/toplist/board_entries_0033', '{replica}')
+PARTITION BY (board, snapshot_id)
+ORDER BY (board, snapshot_id, scope, metric, window_name, rank);
+
+INSERT INTO toplist.board_entries_0033
+    (board, snapshot_id, policy, scope, metric, window_name, rank, item_id, score, extra,
+     scoring)
+SELECT board, snapshot_id, policy, scope, metric, window_name, rank, item_id, score, extra,
+    scoring
+FROM toplist.board_entries
+SETTINGS max_partitions_per_insert_block = 0;
+
+EXCHANGE TABLES toplist.board_entries AND toplist.board_entries_0033 ON CLUSTER 'toplist';
+
+DROP TABLE IF EXISTS toplist.board_entries_0033 ON CLUSTER 'toplist' SYNC;
