@@ -6,8 +6,10 @@
 {%- set windows = chart_windows() -%}
 
 -- as_of is one scalar for the whole query (a cross join with the as_of table made every
--- window's test twice as slow); only the buckets and days some window counts are read
-with (select as_of from {{ ref('int_chart__as_of') }}) as as_of,
+-- window's test twice as slow); only the buckets and days some window counts are read. A
+-- scalar subquery is Nullable (it could find no row; this table always holds one), and so
+-- would be every window's test and sum: assumeNotNull keeps them plain numbers
+with assumeNotNull((select as_of from {{ ref('int_chart__as_of') }})) as as_of,
 
 buckets as (
 
