@@ -13,11 +13,12 @@ naive     one query over the raw events: FINAL (dedup by event_id), minus voids 
           beyond the horizon, GROUP BY scope (country and global) and song with one count per
           window, ORDER BY listens DESC, song_id, LIMIT 1000 BY window and scope
 
-in a row  (the size sweep only) the same publication one after another once the board
-          keeps its retention of snapshots (TOPLIST_SNAPSHOT_RETENTION, 24), three quarters
-          of it, each quarter ending with the prune of the oldest quarter: the mean, what a
-          board published on a schedule costs (the scheduler prunes in a job of its own, on
-          the same cores)
+in a row  (the size sweep only) publications one after another, each a bucket after the one
+          before as the scheduler publishes them (each entry's movement found against the
+          publications before it), once the board keeps its retention of snapshots
+          (TOPLIST_SNAPSHOT_RETENTION, 24): three quarters of it, each quarter ending with
+          the prune of the oldest quarter; the mean, what a board published on a schedule
+          costs (the scheduler prunes in a job of its own, on the same cores)
 
 Both answers are compared (count and a hash of every (window, scope, song, listens) row), so
 the baseline is known to be the same board. Beside the size sweep, at --sweep-at events:
@@ -166,8 +167,10 @@ def measure(client, config, as_of: datetime, runs: int, steady: bool) -> dict:
 
 def in_a_row(client, config, as_of: datetime) -> float:
     """The mean seconds of a publication among three quarters of the retention published one
-    after another, each quarter's last one pruning the oldest quarter (publish prunes after
-    it publishes), once the board keeps its retention."""
+    after another, each a bucket (10 minutes) after the one before, as the scheduler publishes
+    the charts (so each entry's movement is found against the publications before it), each
+    quarter's last one pruning the oldest quarter (publish prunes after it publishes), once
+    the board keeps its retention."""
     from publish.publisher import publish
 
     kept = int(
@@ -176,11 +179,12 @@ def in_a_row(client, config, as_of: datetime) -> float:
         )
     )
     quarter = max(1, config.snapshot_retention // 4)
+    moments = (as_of + timedelta(minutes=10 * step) for step in range(1, 43))
     for _ in range(max(0, config.snapshot_retention - kept)):
-        publish(client, config, as_of=as_of)
+        publish(client, config, as_of=next(moments))
     started = time.perf_counter()
     for _ in range(3 * quarter):
-        publish(client, config, as_of=as_of)
+        publish(client, config, as_of=next(moments))
     return (time.perf_counter() - started) / (3 * quarter)
 
 
@@ -192,8 +196,9 @@ def scenario(name: str, sizes: list[int], songs: int, hot: bool, runs: int) -> l
     config = bench_config(scratch("publish"))
     client = connect(config)
     migrate(client, config)
-    # Bucket-aligned and in the past, so every run of a scenario ranks the same data.
-    as_of = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
+    # Bucket-aligned and in the past, so every run of a scenario ranks the same data; far
+    # enough back for the publications in a row to move on a bucket each (`in_a_row`).
+    as_of = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=8)
     as_of -= timedelta(minutes=as_of.minute % 10)
     results, have = [], 0
     for size in sizes:
