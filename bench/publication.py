@@ -185,7 +185,11 @@ def in_a_row(client, config, as_of: datetime) -> float:
     started = time.perf_counter()
     for _ in range(3 * quarter):
         publish(client, config, as_of=next(moments))
-    return (time.perf_counter() - started) / (3 * quarter)
+    seconds = (time.perf_counter() - started) / (3 * quarter)
+    # the next size publishes at as_of again, which these later snapshots would refuse
+    for published in ("board_snapshots", "board_entries"):
+        client.command(f"TRUNCATE TABLE {config.database}.{published}")
+    return seconds
 
 
 def scenario(name: str, sizes: list[int], songs: int, hot: bool, runs: int) -> list[dict]:
