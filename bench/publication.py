@@ -27,6 +27,7 @@ the baseline is known to be the same board. Beside the size sweep, at --sweep-at
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -179,7 +180,7 @@ def in_a_row(client, config, as_of: datetime) -> float:
         )
     )
     quarter = max(1, config.snapshot_retention // 4)
-    moments = (as_of + timedelta(minutes=10 * step) for step in range(1, 43))
+    moments = (as_of + timedelta(minutes=10 * step) for step in itertools.count(1))
     for _ in range(max(0, config.snapshot_retention - kept)):
         publish(client, config, as_of=next(moments))
     started = time.perf_counter()

@@ -268,12 +268,11 @@ def discard_unregistered(client: Client, database: str, board: str) -> int:
         """,
         parameters={"board": board},
     ).result_rows
+    removed = sum(count for _, count in left)
     if left:
         drop_entries(client, database, board, [snapshot_id for snapshot_id, _ in left])
-        log.warning(
-            "removed %d %s entries that no published snapshot names", sum(n for _, n in left), board
-        )
-    return sum(n for _, n in left)
+        log.warning("removed %d %s entries that no published snapshot names", removed, board)
+    return removed
 
 
 def prune_snapshots(client: Client, config: Config, board: str) -> None:
